@@ -1,0 +1,93 @@
+"""Tailwise's exception tree.
+
+Exceptions are for the *tool* going wrong or being misused. A request that fails
+against a target is data, not an exception: it becomes an error kind in its
+record (see :mod:`tailwise.records`).
+
+::
+
+    TailwiseError
+    ├── BadInput            user input is malformed (exit code 2); names the field
+    │   └── MissingExtra    an optional dependency is not installed; names the extra
+    └── TransportError      raised inside a transport, mapped to an error kind
+        ├── ConnectError    kind "connect": refused, unreachable, DNS, connect timeout
+        ├── TLSError        kind "tls": handshake or certificate failure
+        ├── ResetError      kind "reset": the peer closed or reset mid-request
+        ├── ReadTimeout     kind "timeout": the total request timeout expired
+        └── ProtocolError   kind "protocol": the response was not valid HTTP
+
+The mapping from a raised transport exception to a record's error kind lives
+in one place, :func:`error_kind`, so every producer uses the same names.
+"""
+
+from __future__ import annotations
+
+
+class TailwiseError(Exception):
+    """Base of every exception tailwise raises on purpose."""
+
+
+class BadInput(TailwiseError):
+    """Malformed user input. The message is one line: field, what was given, expected form."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, given: object, expected: str) -> None:
+        self.field = field
+        self.given = given
+        self.expected = expected
+        super().__init__(f"{field}: got {given!r}, expected {expected}")
+
+
+class MissingExtra(BadInput):
+    """An optional dependency is missing; the message names the extra to install."""
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        super().__init__(
+            feature, f"module {module} not installed", f"pip install 'tailwise[{extra}]'"
+        )
+        self.extra = extra
+
+
+class TransportError(TailwiseError):
+    """Raised inside a transport; never escapes a run (it becomes an error kind)."""
+
+    kind = "protocol"
+
+
+class ConnectError(TransportError):
+    kind = "connect"
+
+
+class TLSError(TransportError):
+    kind = "tls"
+
+
+class ResetError(TransportError):
+    kind = "reset"
+
+
+class ReadTimeout(TransportError):
+    kind = "timeout"
+
+
+class ProtocolError(TransportError):
+    kind = "protocol"
+
+
+def error_kind(exc: BaseException) -> str:
+    """The most specific record error kind for an exception raised while sending."""
+    import ssl
+
+    if isinstance(exc, TransportError):
+        return exc.kind
+    if isinstance(exc, ssl.SSLError | ssl.CertificateError):
+        return "tls"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+        return "reset"
+    if isinstance(exc, OSError):
+        # Refused, unreachable, name resolution: all happen before a request is on the wire.
+        return "connect"
+    return "protocol"

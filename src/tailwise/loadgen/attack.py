@@ -1,0 +1,248 @@
+"""The engines: open-loop (the honest one) and closed-loop (for comparison only).
+
+Open loop: every request has an intended instant from the schedule. The pacer
+wakes at that instant (see :mod:`tailwise.clock`), stamps ``sent_ns`` and hands
+the request to the transport, whatever the target is doing. If ``max_in_flight``
+requests are already outstanding, the request waits in a FIFO in the client;
+that wait is part of its latency (measured from the intended instant) and the
+row is flagged ``capped`` so the generator's own lateness can be told apart.
+
+Closed loop: ``concurrency`` users each send, wait for the answer, think, and
+send again. The load then depends on the server's speed, which hides stalls
+(coordinated omission): outputs label it, and it exists to show that error.
+
+Both engines account for every request exactly once: completed by the
+transport, or marked ``not_sent:<cause>`` / ``cancelled`` when the run ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Iterator
+
+import numpy as np
+
+from tailwise.clock import Waker, make_waker, now_ns
+from tailwise.loadgen.transport import Transport
+from tailwise.records import BLOCK_ROWS, RecordBlock, error_code
+
+
+class Engine:
+    """Shared bookkeeping: blocks of records, completion log, in-flight count, stop."""
+
+    mode = "open"
+
+    def __init__(self, transport: Transport, max_in_flight: int) -> None:
+        self.transport = transport
+        self.max_in_flight = max_in_flight
+        self.blocks: list[RecordBlock] = []
+        self.completed: list[int] = []  # seqs in completion order, for the writer
+        self.in_flight = 0
+        self.sent = 0
+        self.t0 = 0
+        self.stopping = False
+        self.finished_sending = asyncio.Event()
+        self.idle = asyncio.Event()
+        self.cap_queue: deque[tuple[RecordBlock, int]] = deque()
+
+    def on_done(self, block: RecordBlock, j: int) -> None:
+        self.in_flight -= 1
+        self.completed.append(block.base + j)
+        if self.cap_queue and not self.stopping:
+            b, k = self.cap_queue.popleft()
+            self._send(b, k)
+        elif self.in_flight == 0 and self.finished_sending.is_set():
+            self.idle.set()
+
+    def _send(self, block: RecordBlock, j: int) -> None:
+        self.in_flight += 1
+        self.sent += 1
+        block.sent_ns[j] = now_ns() - self.t0
+        self.transport.send(block, j)
+
+    def _dispatch(self, block: RecordBlock, j: int) -> None:
+        if self.in_flight >= self.max_in_flight:
+            block.capped[j] = 1
+            self.cap_queue.append((block, j))
+        else:
+            self._send(block, j)
+
+    def begin(self, t0_ns: int) -> None:
+        """Start sending, with ``t0_ns`` (monotonic) as the run's time zero."""
+        raise NotImplementedError
+
+    def give_up_queue(self, kind: str) -> int:
+        """Requests still waiting for the cap become ``kind`` (a not_sent cause)."""
+        code, t, n = error_code(kind), now_ns() - self.t0, len(self.cap_queue)
+        while self.cap_queue:
+            block, j = self.cap_queue.popleft()
+            block.done_ns[j] = t
+            block.error[j] = code
+            self.completed.append(block.base + j)
+        return n
+
+    def stop(self) -> None:
+        """Stop sending now (interruption). Requests not yet due are not part of the run."""
+        self.stopping = True
+        self.give_up_queue("not_sent:interrupted")
+        self.finished_sending.set()
+        if self.in_flight == 0:
+            self.idle.set()
+
+    def end(self, kind_unsent: str) -> None:
+        """Close the books: queued requests are not sent, in-flight ones are cancelled."""
+        self.stopping = True
+        self.give_up_queue(kind_unsent)
+        self.transport.abort_all("cancelled")
+
+
+class OpenLoop(Engine):
+    """Sends each scheduled request at its intended instant."""
+
+    def __init__(
+        self, transport: Transport, schedule_blocks: Iterator[np.ndarray], max_in_flight: int
+    ) -> None:
+        super().__init__(transport, max_in_flight)
+        self._source = schedule_blocks
+        self._block: RecordBlock | None = None
+        self._due: list[int] = []
+        self._j = 0
+        self._next_base = 0
+        self._waker: Waker | None = None
+
+    def _next_block(self) -> bool:
+        offsets = next(self._source, None)
+        if offsets is None or len(offsets) == 0:
+            return False
+        block = RecordBlock(self._next_base, len(offsets))
+        np.frombuffer(block.scheduled_ns, dtype=np.int64)[:] = offsets
+        self._next_base += len(offsets)
+        self.blocks.append(block)
+        self._block, self._due, self._j = block, offsets.tolist(), 0
+        return True
+
+    def begin(self, t0_ns: int) -> None:
+        self.t0 = t0_ns
+        loop = asyncio.get_running_loop()
+        self._waker = make_waker(loop, self._tick)
+        if not self._next_block():
+            self._finish()
+            return
+        self._waker.arm(t0_ns + self._due[0])
+
+    def _tick(self) -> None:
+        if self.stopping:
+            return
+        t0, block, due, j = self.t0, self._block, self._due, self._j
+        assert block is not None
+        now = now_ns() - t0
+        while True:
+            if j >= len(due):
+                if not self._next_block():
+                    self._j = j
+                    self._finish()
+                    return
+                block, due, j = self._block, self._due, 0
+                assert block is not None
+            if due[j] > now:
+                now = now_ns() - t0
+                if due[j] > now:
+                    break
+            self._dispatch(block, j)
+            j += 1
+        self._j = j
+        assert self._waker is not None
+        self._waker.arm(t0 + due[j])
+
+    def _finish(self) -> None:
+        self.finished_sending.set()
+        if self.in_flight == 0 and not self.cap_queue:
+            self.idle.set()
+        if self._waker is not None:
+            self._waker.close()
+            self._waker = None
+
+    def stop(self) -> None:
+        """Interrupted: rows not yet due are dropped from the plan (they were never due)."""
+        if self._block is not None and not self.finished_sending.is_set():
+            self._block.rows = self._j
+        super().stop()
+        if self._waker is not None:
+            self._waker.close()
+            self._waker = None
+
+
+class ClosedLoop(Engine):
+    """``concurrency`` users: send, wait for the response, think, repeat."""
+
+    mode = "closed"
+
+    def __init__(
+        self,
+        transport: Transport,
+        concurrency: int,
+        think_ns: int,
+        horizon_ns: int | None,
+        max_count: int | None,
+    ) -> None:
+        super().__init__(transport, concurrency)
+        self.concurrency = concurrency
+        self.think_ns = think_ns
+        self.horizon_ns = horizon_ns
+        self.max_count = max_count
+        self._issued = 0
+        self._block: RecordBlock | None = None
+        self._thinking = 0
+
+    def _new_row(self) -> tuple[RecordBlock, int] | None:
+        if self.max_count is not None and self._issued >= self.max_count:
+            return None
+        t = now_ns() - self.t0
+        if self.horizon_ns is not None and t >= self.horizon_ns:
+            return None
+        block = self._block
+        if block is None or self._issued - block.base >= BLOCK_ROWS:
+            block = RecordBlock(self._issued, BLOCK_ROWS)
+            block.rows = 0
+            self.blocks.append(block)
+            self._block = block
+        j = self._issued - block.base
+        block.rows = j + 1
+        block.scheduled_ns[j] = t
+        self._issued += 1
+        return block, j
+
+    def _user_ready(self) -> None:
+        self._thinking -= 1
+        if self.stopping:
+            self._maybe_finish()
+            return
+        row = self._new_row()
+        if row is None:
+            self.finished_sending.set()
+            self._maybe_finish()
+            return
+        self._send(*row)
+
+    def _maybe_finish(self) -> None:
+        if self.in_flight == 0 and self._thinking == 0:
+            self.finished_sending.set()
+            self.idle.set()
+
+    def begin(self, t0_ns: int) -> None:
+        self.t0 = t0_ns
+        loop = asyncio.get_running_loop()
+        for _ in range(self.concurrency):
+            self._thinking += 1
+            loop.call_at(loop.time() + max(t0_ns - now_ns(), 0) / 1e9, self._user_ready)
+
+    def on_done(self, block: RecordBlock, j: int) -> None:
+        self.in_flight -= 1
+        self.completed.append(block.base + j)
+        self._thinking += 1
+        loop = asyncio.get_running_loop()
+        if self.think_ns:
+            loop.call_later(self.think_ns / 1e9, self._user_ready)
+        else:
+            loop.call_soon(self._user_ready)

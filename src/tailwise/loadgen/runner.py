@@ -1,0 +1,422 @@
+"""One run, end to end: validate input, pace, send, write, summarize, judge.
+
+Every user input is parsed before anything starts, so a mistake costs nothing
+and gives one line naming the field (:class:`tailwise.errors.BadInput`). Once
+started, a run always ends with a complete directory: ``records.jsonl``
+(appended during the run), ``summary.json``, ``latency.hlog`` and ``run.json``
+(the configuration, with header values left out), even when interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import re
+import resource
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailwise.arrivals import Schedule, parse_schedule, stage_span_ns
+from tailwise.clock import now_ns
+from tailwise.errors import BadInput
+from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
+from tailwise.loadgen.http import HttpTransport
+from tailwise.loadgen.results import JsonlWriter, Progress, pump
+from tailwise.loadgen.targets import (
+    Target,
+    describe,
+    parse_header,
+    parse_method,
+    parse_url,
+    read_bodies_jsonl,
+    read_body,
+    render,
+)
+from tailwise.loadgen.transport import Transport
+from tailwise.metrics import derive
+from tailwise.metrics.histogram import interval_histograms, write_hlog
+from tailwise.metrics.slo import SLO, parse_slo
+from tailwise.metrics.summary import EXIT_CODES, RunInfo, summarize
+from tailwise.records import Records, error_code
+from tailwise.units import parse_count, parse_duration_ns, parse_fraction
+
+START_LEAD_NS = 20_000_000  # the clock starts this long after setup, so t=0 is not late
+
+
+@dataclass
+class RunOptions:
+    """Everything a run can be told, as the user wrote it (parsed in :func:`prepare`)."""
+
+    urls: list[str]
+    rate: str | None = None
+    arrival: str = "poisson"
+    duration: str | None = None
+    requests: int | str | None = None
+    warmup: str = "0s"
+    seed: int = 0
+    slo: list[str] = field(default_factory=list)
+    attainment: str = "99%"
+    max_in_flight: int | str | None = None
+    concurrency: int | str | None = None
+    think: str = "0s"
+    timeout: str = "30s"
+    connect_timeout: str = "5s"
+    grace: str = "2s"
+    max_send_lag: str = "5ms"
+    method: str | None = None
+    header: list[str] = field(default_factory=list)
+    body: str | None = None
+    bodies: str | None = None
+    out: str | None = None
+    name: str | None = None
+    insecure: bool = False
+    progress: bool | None = None
+
+
+@dataclass
+class Prepared:
+    opts: RunOptions
+    targets: list[Target]
+    payloads: list[list[bytes]]
+    schedule: Schedule | None
+    horizon_ns: int | None
+    max_count: int | None
+    warmup_ns: int
+    slos: list[SLO]
+    max_in_flight: int
+    concurrency: int | None
+    think_ns: int
+    timeout_ns: int
+    connect_timeout_ns: int
+    grace_ns: int
+    max_send_lag_ns: int
+    method: str
+    headers: list[tuple[str, str]]
+
+
+@dataclass
+class RunResult:
+    summary: dict[str, Any]
+    records: Records
+    directory: Path
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.summary["verdict"]]
+
+
+def _fd_budget() -> int:
+    """Raise the open-file soft limit as far as allowed; connections need one each."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = 65_536 if hard == resource.RLIM_INFINITY else min(hard, 65_536)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return max(16, soft - 64)
+
+
+def _window(o: RunOptions, warmup_ns: int) -> tuple[int | None, int | None]:
+    """(horizon_ns, max_count): the schedule's bounds; warm-up is inside the horizon."""
+    count = parse_count(str(o.requests), "--requests") if o.requests is not None else None
+    if o.duration is not None:
+        dur = parse_duration_ns(o.duration, "--duration", allow_zero=False)
+        return warmup_ns + dur, count
+    if count is None and not o.arrival.startswith(("stages", "trace")):
+        return warmup_ns + 10_000_000_000, None  # the default: 10 s of measurement
+    return None, count
+
+
+def prepare(o: RunOptions) -> Prepared:
+    if not o.urls:
+        raise BadInput("URL", "", "at least one target URL")
+    targets = [parse_url(u) for u in o.urls]
+    headers = [parse_header(h) for h in o.header]
+    if o.body is not None and o.bodies is not None:
+        raise BadInput("--body", "with --bodies", "one of --body or --bodies")
+    bodies: list[bytes | None] = [None]
+    if o.body is not None:
+        bodies = [read_body(o.body)]
+    elif o.bodies is not None:
+        bodies = list(read_bodies_jsonl(o.bodies))
+    method = parse_method(o.method) if o.method else ("POST" if bodies != [None] else "GET")
+    payloads = [[render(t, method, headers, b) for b in bodies] for t in targets]
+    warmup_ns = parse_duration_ns(o.warmup, "--warmup")
+    horizon_ns, max_count = _window(o, warmup_ns)
+    attain = parse_fraction(o.attainment, "--attainment")
+    slos = [parse_slo(s, attain) for s in o.slo]
+    for s in slos:
+        if s.needs_llm:
+            raise BadInput("--slo", s.spec, "a metric an HTTP run measures (latency, service)")
+    if not slos:
+        slos = [SLO("error_rate<=1%", "rate", "error_rate", 0.01, stat="error_rate", implicit=True)]
+    concurrency = parse_count(str(o.concurrency), "--concurrency") if o.concurrency else None
+    schedule = None
+    if concurrency is None:
+        schedule = parse_schedule(
+            o.arrival, o.rate, seed=o.seed, horizon_ns=horizon_ns, max_count=max_count
+        )
+        span = stage_span_ns(schedule)
+        if span is not None and horizon_ns is None:
+            horizon_ns = span
+            schedule = Schedule(schedule.process, schedule.profile, None, o.seed, span, max_count)
+    elif o.rate is not None:
+        raise BadInput(
+            "--rate", o.rate, "no rate with --concurrency (closed loop sets its own pace)"
+        )
+    elif horizon_ns is None and max_count is None:
+        raise BadInput("--duration", None, "a duration or --requests for a closed-loop run")
+    budget = _fd_budget()
+    cap = (
+        parse_count(str(o.max_in_flight), "--max-in-flight")
+        if o.max_in_flight
+        else min(10_000, budget)
+    )
+    return Prepared(
+        opts=o,
+        targets=targets,
+        payloads=payloads,
+        schedule=schedule,
+        horizon_ns=horizon_ns,
+        max_count=max_count,
+        warmup_ns=warmup_ns,
+        slos=slos,
+        max_in_flight=concurrency or cap,
+        concurrency=concurrency,
+        think_ns=parse_duration_ns(o.think, "--think"),
+        timeout_ns=parse_duration_ns(o.timeout, "--timeout", allow_zero=False),
+        connect_timeout_ns=parse_duration_ns(
+            o.connect_timeout, "--connect-timeout", allow_zero=False
+        ),
+        grace_ns=parse_duration_ns(o.grace, "--grace"),
+        max_send_lag_ns=parse_duration_ns(o.max_send_lag, "--max-send-lag", allow_zero=False),
+        method=method,
+        headers=headers,
+    )
+
+
+def run_directory(o: RunOptions, target: Target) -> Path:
+    if o.out:
+        path = Path(o.out)
+    else:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        name = o.name or re.sub(r"[^A-Za-z0-9.]+", "-", f"{target.host}-{target.port}").strip("-")
+        path = Path("runs") / f"{stamp}-{name}"
+        n = 2
+        while path.exists():
+            path = Path("runs") / f"{stamp}-{name}-{n}"
+            n += 1
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(
+            "--out", str(path), f"a directory that can be created ({exc.strerror})"
+        ) from None
+    return path
+
+
+def _engine(p: Prepared, transport: Transport) -> Engine:
+    if p.concurrency is not None:
+        return ClosedLoop(transport, p.concurrency, p.think_ns, p.horizon_ns, p.max_count)
+    assert p.schedule is not None
+    return OpenLoop(transport, p.schedule.blocks(), p.max_in_flight)
+
+
+def _window_end(p: Prepared, engine: Engine) -> int:
+    if p.horizon_ns is not None:
+        return p.horizon_ns
+    # Count-bounded: the window closes one mean gap after the last intended instant.
+    last = max(
+        (
+            int(np.frombuffer(b.scheduled_ns, np.int64)[: b.rows].max())
+            for b in engine.blocks
+            if b.rows
+        ),
+        default=0,
+    )
+    n = sum(b.rows for b in engine.blocks)
+    return last + (last // max(n - 1, 1) if n > 1 else 1)
+
+
+async def _execute(
+    p: Prepared,
+    transport: Transport,
+    directory: Path,
+    on_engine: Callable[[Engine], None] | None = None,
+) -> tuple[Engine, bool, str, int]:
+    loop = asyncio.get_running_loop()
+    engine = _engine(p, transport)
+    if on_engine:
+        on_engine(engine)
+    interrupted, note = asyncio.Event(), []
+    hard_stop = asyncio.Event()
+
+    def on_signal(name: str) -> None:
+        if interrupted.is_set():
+            hard_stop.set()
+        else:
+            note.append(name)
+            interrupted.set()
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig.name)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    provisional = p.horizon_ns if p.horizon_ns is not None else 2**62
+    writer = JsonlWriter(directory / "records.jsonl", (p.warmup_ns, provisional))
+    stop_io = asyncio.Event()
+    await transport.start(engine.on_done)
+    t0 = now_ns() + START_LEAD_NS
+    transport.set_origin(t0)
+    engine.begin(t0)
+    tasks = [loop.create_task(pump(engine, writer, stop_io))]
+    show = p.opts.progress if p.opts.progress is not None else sys.stderr.isatty()
+    if show:
+        total = (p.horizon_ns or 0) / 1e9 or None
+        tasks.append(loop.create_task(Progress(engine, total).run(stop_io)))
+    waits = [loop.create_task(engine.finished_sending.wait()), loop.create_task(interrupted.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    stopped_at = now_ns() - t0
+    if interrupted.is_set():
+        engine.stop()
+    grace_ns = p.grace_ns if interrupted.is_set() else p.timeout_ns + 1_000_000_000
+    drain = [
+        loop.create_task(engine.idle.wait()),
+        loop.create_task(hard_stop.wait()),
+        loop.create_task(interrupted.wait()) if not interrupted.is_set() else None,
+    ]
+    live = [t for t in drain if t is not None]
+    _done, _ = await asyncio.wait(live, timeout=grace_ns / 1e9, return_when=asyncio.FIRST_COMPLETED)
+    if interrupted.is_set() and not engine.idle.is_set() and not hard_stop.is_set():
+        engine.stop()  # interrupted while draining: a short grace, then cancel
+        await asyncio.wait(
+            [live[0], live[1]], timeout=p.grace_ns / 1e9, return_when=asyncio.FIRST_COMPLETED
+        )
+    engine.end("not_sent:interrupted" if interrupted.is_set() else "not_sent:ended")
+    for t in waits + live:
+        t.cancel()
+    stop_io.set()
+    await asyncio.gather(*tasks)
+    await transport.close()
+    writer.close()
+    for sig in installed:
+        loop.remove_signal_handler(sig)
+    why = f"{note[0]} after {stopped_at / 1e9:.1f}s" if note else ""
+    return engine, interrupted.is_set(), why, stopped_at
+
+
+def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    try:
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return factory
+    except ImportError:
+        return asyncio.new_event_loop
+
+
+def _finalize_lost(engine: Engine) -> int:
+    """Safety net for invariant 2: a row the engine never closed is reported as ``lost``."""
+    lost = 0
+    code = error_code("lost")
+    for b in engine.blocks:
+        done = np.frombuffer(b.done_ns, np.int64)[: b.rows]
+        for j in np.flatnonzero(done < 0).tolist():
+            b.error[j] = code
+            b.done_ns[j] = b.scheduled_ns[j]
+            lost += 1
+    return lost
+
+
+def execute(p: Prepared, directory: Path, transport: Transport | None = None) -> RunResult:
+    started_unix = time.time()
+    tr = transport or HttpTransport(
+        p.targets,
+        p.payloads,
+        timeout_ns=p.timeout_ns,
+        connect_timeout_ns=p.connect_timeout_ns,
+        insecure=p.opts.insecure,
+    )
+    (directory / "run.json").write_text(json.dumps(_run_json(p, started_unix), indent=2) + "\n")
+    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+        engine, interrupted, note, stopped_at = runner.run(_execute(p, tr, directory))
+    _finalize_lost(engine)
+    end_ns = _window_end(p, engine)
+    if interrupted:
+        end_ns = min(end_ns, max(stopped_at, p.warmup_ns + 1))
+    records = Records.from_blocks(engine.blocks, 0, (p.warmup_ns, end_ns))
+    info = RunInfo(
+        source="loadgen",
+        target=[t.url for t in p.targets] if len(p.targets) > 1 else p.targets[0].url,
+        mode=engine.mode,
+        arrival=p.schedule.describe()
+        if p.schedule
+        else {"process": "closed-loop", "think_ms": p.think_ns / 1e6},
+        window_ns=(p.warmup_ns, end_ns),
+        slos=p.slos,
+        max_send_lag_ns=p.max_send_lag_ns,
+        max_in_flight=p.max_in_flight if p.concurrency is None else None,
+        concurrency=p.concurrency,
+        interrupted=interrupted,
+        interrupt_note=note,
+    )
+    summary = summarize(records, info)
+    _write_outputs(directory, records, summary, started_unix, (p.warmup_ns, end_ns))
+    return RunResult(summary, records, directory)
+
+
+def _write_outputs(
+    directory: Path,
+    records: Records,
+    summary: dict[str, Any],
+    started_unix: float,
+    window: tuple[int, int],
+) -> None:
+    (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    ok = records.error == 0
+    lat = derive.latency_ns(records)
+    write_hlog(
+        directory / "latency.hlog",
+        interval_histograms(records.done_ns[ok], lat[ok]),
+        started_unix,
+        comments=[
+            f"[tailwise: latency from intended send time, ns; window {window[0] / 1e9:.3f}s"
+            f"-{window[1] / 1e9:.3f}s; intervals by completion time]"
+        ],
+    )
+
+
+def _run_json(p: Prepared, started_unix: float) -> dict[str, Any]:
+    opts = asdict(p.opts)
+    opts.pop("header", None)  # header values may carry credentials: never written
+    opts["urls"] = [t.url for t in p.targets]
+    return {
+        "started_utc": dt.datetime.fromtimestamp(started_unix, dt.UTC).isoformat(),
+        "options": opts,
+        "requests": describe(p.targets, p.method, p.headers),
+        "window_ns": [p.warmup_ns, p.horizon_ns],
+        "slos": [s.spec for s in p.slos],
+    }
+
+
+def run(url: str | list[str], **options: Any) -> RunResult:
+    """Python API: ``tailwise.run("http://...", rate="100/s", duration="10s", slo=[...])``."""
+    urls = [url] if isinstance(url, str) else list(url)
+    if isinstance(options.get("rate"), int | float):
+        options["rate"] = f"{options['rate']}/s"
+    o = RunOptions(urls=urls, **options)
+    p = prepare(o)
+    directory = run_directory(o, p.targets[0])
+    return execute(p, directory)

@@ -1,0 +1,1 @@
+"""Metrics: everything derived from records, computed in batches off the hot path."""

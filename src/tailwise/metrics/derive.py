@@ -1,0 +1,87 @@
+"""Derived per-request values (DESIGN.md "Metric definitions"), as functions of records.
+
+All return int64 nanoseconds with ``-1`` where the value does not exist for a
+row (a request never sent has no service time; a failed one has no latency).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailwise.records import I64, Records
+
+
+def _diff(a: I64, b: I64, valid: np.ndarray) -> I64:
+    out: I64 = np.where(valid & (a >= 0) & (b >= 0), a - b, -1)
+    return out
+
+
+def ok_mask(r: Records) -> np.ndarray:
+    mask: np.ndarray = r.error == 0
+    return mask
+
+
+def latency_ns(r: Records) -> I64:
+    """End-to-end latency from the *intended* send time: ``done - scheduled`` (ok rows)."""
+    return _diff(r.done_ns, r.scheduled_ns, ok_mask(r))
+
+
+def service_ns(r: Records) -> I64:
+    """``done - sent``: what a tool timing from the actual send would report (ok rows)."""
+    return _diff(r.done_ns, r.sent_ns, ok_mask(r))
+
+
+def send_lag_ns(r: Records) -> I64:
+    """``sent - scheduled``: generator lateness plus any wait for the in-flight cap."""
+    return _diff(r.sent_ns, r.scheduled_ns, r.sent_ns >= 0)
+
+
+def ttft_ns(r: Records) -> I64:
+    """Time to first content token from the intended send time (ok rows with a token)."""
+    return _diff(r.first_token_ns, r.scheduled_ns, ok_mask(r))
+
+
+def service_ttft_ns(r: Records) -> I64:
+    """Time to first content token from the actual send."""
+    return _diff(r.first_token_ns, r.sent_ns, ok_mask(r))
+
+
+def tpot_ns(r: Records) -> I64:
+    """``(e2e - TTFT) / (output_tokens - 1)`` for ok rows with at least two tokens."""
+    valid = ok_mask(r) & (r.output_tokens > 1) & (r.first_token_ns >= 0)
+    span = r.done_ns - r.first_token_ns
+    out = np.full(len(r), -1, dtype=np.int64)
+    out[valid] = span[valid] // (r.output_tokens[valid] - 1)
+    return out
+
+
+def itl_gaps_ns(r: Records, rows: np.ndarray) -> I64:
+    """All gaps between consecutive content chunks of the selected ok rows, pooled."""
+    gaps: list[np.ndarray] = []
+    for i in np.flatnonzero(rows & ok_mask(r)).tolist():
+        times = r.chunk_times[i] if i < len(r.chunk_times) else None
+        if times and len(times) > 1:
+            gaps.append(np.diff(np.asarray(times, dtype=np.int64)))
+    return np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
+
+
+def mean_itl_ns(r: Records) -> I64:
+    """Per-request mean inter-chunk gap (for per-request ITL deadlines)."""
+    out = np.full(len(r), -1, dtype=np.int64)
+    ok = ok_mask(r)
+    for i, times in enumerate(r.chunk_times):
+        if ok[i] and times and len(times) > 1:
+            out[i] = (times[-1] - times[0]) // (len(times) - 1)
+    return out
+
+
+METRICS = {
+    "latency": latency_ns,
+    "e2e": latency_ns,
+    "service": service_ns,
+    "send_lag": send_lag_ns,
+    "ttft": ttft_ns,
+    "tpot": tpot_ns,
+    "itl": mean_itl_ns,
+}
+LLM_ONLY = frozenset({"ttft", "tpot", "itl"})

@@ -1,0 +1,147 @@
+"""Service-level objectives: parsing the CLI's ``--slo`` strings and judging records.
+
+Three kinds:
+
+* **deadline** (per request): ``latency<=200ms`` or ``latency<=200ms@99.9%``.
+  A request is *good* only if it succeeded and meets every deadline; goodput
+  counts good requests. The SLO passes when the share of good requests among
+  all scheduled in the window (its attainment) reaches the target (default 99%).
+* **objective** (a statistic of the window): ``p99(latency)<=200ms``,
+  ``p99.9(ttft)<=1s``, ``mean(service)<=20ms``, ``max(latency)<=2s``.
+  Requests that failed, timed out or were never sent count as infinitely slow,
+  so they can only push the statistic up: errors are misses.
+* **rate**: ``error_rate<=1%``, ``attainment>=99%``, ``goodput>=90/s``,
+  ``throughput>=100/s``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tailwise.errors import BadInput
+from tailwise.metrics.derive import LLM_ONLY, METRICS
+from tailwise.metrics.percentiles import nearest_rank
+from tailwise.records import Records
+from tailwise.units import parse_duration_ns, parse_fraction, parse_rate_rps
+
+SLO_FORM = (
+    "metric<=duration[@attainment%] (e.g. latency<=200ms), "
+    "stat(metric)<=duration (e.g. p99(latency)<=200ms, mean(ttft)<=1s), "
+    "or error_rate<=1%, attainment>=99%, goodput>=50/s, throughput>=50/s; "
+    f"metrics: {', '.join(sorted(METRICS))}"
+)
+_DEADLINE = re.compile(r"^\s*([a-z_]+)\s*<=\s*([^@]+?)\s*(?:@\s*(.+))?$")
+_OBJECTIVE = re.compile(r"^\s*(p[0-9.]+|mean|max)\s*\(\s*([a-z_]+)\s*\)\s*<=\s*(.+?)\s*$")
+_RATE = re.compile(r"^\s*(error_rate|attainment|goodput|throughput)\s*(<=|>=)\s*(.+?)\s*$")
+_RATE_DIRECTION = {"error_rate": "<=", "attainment": ">=", "goodput": ">=", "throughput": ">="}
+
+
+@dataclass(frozen=True)
+class SLO:
+    spec: str
+    kind: str  # "deadline" | "objective" | "rate"
+    metric: str
+    threshold: float  # ns for deadline/objective; fraction or rps for rate
+    stat: str = ""  # objective: "p99", "mean", "max"; rate: the rate's name
+    target: float = 0.99  # deadline: attainment needed to pass
+    implicit: bool = False
+
+    @property
+    def needs_llm(self) -> bool:
+        return self.metric in LLM_ONLY
+
+
+def parse_slo(text: str, default_target: float = 0.99) -> SLO:
+    spec = text.strip()
+    if m := _RATE.match(spec):
+        name, op, value = m.groups()
+        if op != _RATE_DIRECTION[name]:
+            raise BadInput("--slo", text, f"{name}{_RATE_DIRECTION[name]}<value>")
+        is_share = name in ("error_rate", "attainment")
+        thr = parse_fraction(value, "--slo") if is_share else parse_rate_rps(value, "--slo")
+        return SLO(spec, "rate", name, thr, stat=name)
+    if m := _OBJECTIVE.match(spec):
+        stat, metric, value = m.groups()
+        _check_metric(metric, text)
+        if stat.startswith("p"):
+            try:
+                q = float(stat[1:])
+            except ValueError:
+                raise BadInput("--slo", text, SLO_FORM) from None
+            if not 0 < q <= 100:
+                raise BadInput("--slo", text, "a percentile between p0 and p100, e.g. p99")
+        return SLO(spec, "objective", metric, parse_duration_ns(value, "--slo"), stat=stat)
+    if m := _DEADLINE.match(spec):
+        metric, value, target = m.groups()
+        _check_metric(metric, text)
+        tgt = parse_fraction(target, "--slo") if target else default_target
+        return SLO(spec, "deadline", metric, parse_duration_ns(value, "--slo"), target=tgt)
+    raise BadInput("--slo", text, SLO_FORM)
+
+
+def _check_metric(metric: str, text: str) -> None:
+    if metric not in METRICS:
+        raise BadInput("--slo", text, f"a known metric ({', '.join(sorted(METRICS))})")
+
+
+def good_mask(r: Records, slos: list[SLO]) -> np.ndarray:
+    """Requests that succeeded and met every per-request deadline."""
+    good: np.ndarray = r.error == 0
+    for s in slos:
+        if s.kind == "deadline":
+            v = METRICS[s.metric](r)
+            good &= (v >= 0) & (v <= s.threshold)
+    return good
+
+
+def _miss_as_inf(r: Records, metric: str, rows: np.ndarray) -> np.ndarray:
+    v: np.ndarray = METRICS[metric](r)[rows].astype(np.float64)
+    v[v < 0] = math.inf
+    return v
+
+
+def evaluate(
+    r: Records, slos: list[SLO], rates: dict[str, float], window: np.ndarray
+) -> list[dict[str, Any]]:
+    """One ``slos`` entry of summary.json per SLO: spec, kind, value or attainment, passed."""
+    n_window = int(window.sum())
+    out: list[dict[str, Any]] = []
+    for s in slos:
+        entry: dict[str, Any] = {"spec": s.spec, "kind": s.kind}
+        if s.implicit:
+            entry["implicit"] = True
+        if s.kind == "deadline":
+            good = good_mask(r, [s]) & window
+            att = float(good.sum()) / n_window if n_window else 0.0
+            entry.update(attainment=att, target=s.target, passed=n_window > 0 and att >= s.target)
+        elif s.kind == "objective":
+            value = _statistic(_miss_as_inf(r, s.metric, window), s.stat)
+            finite = math.isfinite(value)
+            entry.update(
+                value=value / 1e6 if finite else None,
+                unit="ms",
+                passed=finite and value <= s.threshold,
+            )
+            if not finite:
+                entry["note"] = "unbounded: failed or unsent requests reach this statistic"
+        else:
+            value = rates[s.stat]
+            ok = value <= s.threshold if s.stat == "error_rate" else value >= s.threshold
+            entry.update(value=value, passed=n_window > 0 and ok)
+        out.append(entry)
+    return out
+
+
+def _statistic(v: np.ndarray, stat: str) -> float:
+    if len(v) == 0:
+        return math.inf
+    if stat == "mean":
+        return float(v.mean())
+    if stat == "max":
+        return float(v.max())
+    return nearest_rank(np.sort(v), float(stat[1:]))

@@ -1,0 +1,214 @@
+"""summary.json: the contract that tests, users' CI and every report read.
+
+:func:`summarize` is a pure function of records plus a :class:`RunInfo`; it does
+not know whether a load generator or a simulator made the records. Populations:
+
+* ``requests`` and the distributions describe requests *scheduled* inside the
+  measurement window ``[warmup, warmup + duration)``; warm-up requests are
+  counted apart under ``requests.warmup``.
+* ``throughput_rps`` and ``goodput_rps`` count completions whose *done* time
+  falls inside the window, so a saturated target shows its real completion
+  rate rather than the offered rate.
+* ``attainment`` is the share of window-scheduled requests that were good.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tailwise import __version__
+from tailwise.metrics import derive
+from tailwise.metrics.littles import littles_law
+from tailwise.metrics.percentiles import distribution_ms, nearest_rank
+from tailwise.metrics.slo import SLO, evaluate, good_mask
+from tailwise.records import ERROR_KINDS, Records, category_of
+
+SCHEMA = "tailwise.summary/1"
+CATEGORIES = ("ok", "failed", "timed_out", "cancelled", "not_sent")
+
+
+@dataclass
+class RunInfo:
+    """What a summary needs to know about a run besides its records."""
+
+    source: str  # "loadgen" | "sim"
+    target: str | list[str]
+    mode: str  # "open" | "closed"
+    arrival: dict[str, Any]
+    window_ns: tuple[int, int]
+    slos: list[SLO] = field(default_factory=list)
+    max_send_lag_ns: int = 5_000_000
+    max_in_flight: int | None = None
+    concurrency: int | None = None
+    interrupted: bool = False
+    interrupt_note: str = ""
+    llm: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _counts(r: Records, rows: np.ndarray) -> dict[str, Any]:
+    codes = np.bincount(r.error[rows].astype(np.int64), minlength=len(ERROR_KINDS))
+    out: dict[str, Any] = dict.fromkeys(CATEGORIES, 0)
+    errors: dict[str, int] = {}
+    for code, n in enumerate(codes.tolist()):
+        if n:
+            kind = ERROR_KINDS[code]
+            out[category_of(kind)] += n
+            if kind:
+                errors[kind] = n
+    out = {"scheduled": int(rows.sum()), "sent": int((r.sent_ns[rows] >= 0).sum()), **out}
+    out["errors"] = errors
+    out["accounted"] = out["scheduled"] == sum(out[c] for c in CATEGORIES)
+    return out
+
+
+def _rates(r: Records, info: RunInfo, good: np.ndarray) -> dict[str, float]:
+    start, end = info.window_ns
+    t_s = (end - start) / 1e9
+    window = r.in_window
+    done_in = (r.done_ns >= start) & (r.done_ns < end)
+    n = int(window.sum())
+    ok = r.error == 0
+    sent_in = (r.sent_ns >= start) & (r.sent_ns < end)
+    return {
+        "offered_rps": n / t_s if t_s else 0.0,
+        "throughput_rps": float((ok & done_in).sum()) / t_s if t_s else 0.0,
+        "goodput_rps": float((good & done_in).sum()) / t_s if t_s else 0.0,
+        "attainment": float((good & window).sum()) / n if n else 0.0,
+        "error_rate": float((~ok & window).sum()) / n if n else 0.0,
+        "achieved_send_rps": float(sent_in.sum()) / t_s if t_s else 0.0,
+    }
+
+
+def _generator(r: Records, info: RunInfo, rates: dict[str, float]) -> dict[str, Any]:
+    """Did the generator keep its schedule? Lag caused by the in-flight cap is excluded."""
+    window = r.in_window
+    capped_all = (r.capped > 0) if r.capped is not None else np.zeros(len(r), dtype=bool)
+    rows = window & (r.sent_ns >= 0)
+    own = np.sort(derive.send_lag_ns(r)[rows & ~capped_all])
+    p99 = nearest_rank(own, 99.0) if len(own) else 0.0
+    n_window = int(window.sum())
+    cap_bound = int((capped_all & window).sum())
+    cap_share = cap_bound / n_window if n_window else 0.0
+    behind = rates["achieved_send_rps"] < 0.99 * rates["offered_rps"] and cap_share < 0.01
+    too_late = info.mode == "open" and p99 > info.max_send_lag_ns
+    return {
+        "max_in_flight": info.max_in_flight,
+        "cap_bound": cap_bound,
+        "cap_bound_share": cap_share,
+        "send_lag_p99_uncapped_ms": p99 / 1e6,
+        "max_send_lag_ms": info.max_send_lag_ns / 1e6,
+        "saturated": bool(info.mode == "open" and (too_late or behind)),
+        "reason": (
+            f"send-lag p99 {p99 / 1e6:.2f} ms > bound {info.max_send_lag_ns / 1e6:g} ms"
+            if too_late
+            else (
+                f"achieved {rates['achieved_send_rps']:.1f}/s of offered "
+                f"{rates['offered_rps']:.1f}/s"
+                if behind and info.mode == "open"
+                else ""
+            )
+        ),
+    }
+
+
+def _llm_sections(r: Records, window_ok: np.ndarray, t_s: float) -> dict[str, Any]:
+    def dist(values: np.ndarray) -> dict[str, Any]:
+        return distribution_ms(values[window_ok & (values >= 0)])
+
+    out_tokens = r.output_tokens[window_ok & (r.output_tokens >= 0)]
+    in_tokens = r.input_tokens[window_ok & (r.input_tokens >= 0)]
+    return {
+        "ttft_ms": dist(derive.ttft_ns(r)),
+        "service_ttft_ms": dist(derive.service_ttft_ns(r)),
+        "tpot_ms": dist(derive.tpot_ns(r)),
+        "itl_ms": distribution_ms(derive.itl_gaps_ns(r, window_ok)),
+        "tokens": {
+            "output_tps": float(out_tokens.sum()) / t_s if t_s else 0.0,
+            "input_total": int(in_tokens.sum()),
+            "output_total": int(out_tokens.sum()),
+        },
+    }
+
+
+def _verdict(
+    info: RunInfo, requests: dict[str, Any], gen: dict[str, Any], slos: list[dict[str, Any]]
+) -> tuple[str, str]:
+    if info.interrupted:
+        return "invalid", f"interrupted{': ' + info.interrupt_note if info.interrupt_note else ''}"
+    if requests["scheduled"] == 0:
+        return "invalid", "no request was scheduled inside the measurement window"
+    if gen["saturated"]:
+        return "invalid", f"generator saturated: {gen['reason']}"
+    failed = [s["spec"] for s in slos if not s["passed"]]
+    if failed:
+        return "fail", "SLO failed: " + "; ".join(failed)
+    return "pass", f"all {len(slos)} SLOs met" if slos else "no SLO given"
+
+
+def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
+    start, end = info.window_ns
+    t_s = (end - start) / 1e9
+    window = r.in_window
+    ok = r.error == 0
+    good = good_mask(r, info.slos)
+    rates = _rates(r, info, good)
+    requests = _counts(r, window)
+    requests["warmup"] = _counts(r, ~window)
+    gen = _generator(r, info, rates)
+    slos = evaluate(r, info.slos, rates, window)
+    verdict, reason = _verdict(info, requests, gen, slos)
+    sent_window = window & (r.sent_ns >= 0)
+    summary: dict[str, Any] = {
+        "schema": SCHEMA,
+        "tool_version": __version__,
+        "source": info.source,
+        "target": info.target,
+        "mode": info.mode,
+        "arrival": info.arrival,
+        "window": {"start_s": start / 1e9, "end_s": end / 1e9, "duration_s": t_s},
+        "requests": requests,
+        "rates": rates,
+        "latency_ms": distribution_ms(derive.latency_ns(r)[window & ok]),
+        "service_ms": distribution_ms(derive.service_ns(r)[window & ok]),
+        "send_lag_ms": distribution_ms(derive.send_lag_ns(r)[sent_window]),
+        "ttft_ms": None,
+        "itl_ms": None,
+        "tpot_ms": None,
+        "tokens": None,
+        "littles_law": littles_law(r, start, end),
+        "slos": slos,
+        "verdict": verdict,
+        "verdict_reason": reason,
+        "interrupted": info.interrupted,
+        "generator": gen,
+    }
+    if info.llm:
+        summary.update(_llm_sections(r, window & ok, t_s))
+    if info.mode == "closed":
+        summary["concurrency"] = info.concurrency
+        summary["note"] = (
+            "closed-loop: each user waits for its response before sending again, so a slow "
+            "server slows the load; latencies hide coordinated omission. Compare, don't certify."
+        )
+    summary.update(info.extra)
+    clean: dict[str, Any] = _finite(summary)
+    return clean
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN or infinity: replace them by null."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+EXIT_CODES = {"pass": 0, "fail": 1, "invalid": 3}

@@ -1,0 +1,316 @@
+"""The record: one row per request attempt, shared by every producer.
+
+Columns follow DESIGN.md. Times are integer nanoseconds relative to the run
+start; ``-1`` marks "absent" in memory and ``null`` on disk. The error column
+holds a kind (empty string for success); its category decides how the request
+is accounted (see :func:`category_of`).
+
+Two representations:
+
+* :class:`RecordBlock` - the hot path's: fixed-size ``array.array`` columns
+  (``setitem`` on them is several times cheaper than on NumPy arrays) that are
+  allocated once and never resized, so NumPy views over them stay valid.
+* :class:`Records` - everyone else's: NumPy columns, built by concatenating
+  blocks or by reading ``records.jsonl``. Metrics, SLOs and reports use only this.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tailwise.errors import BadInput
+
+I64 = npt.NDArray[np.int64]
+BLOCK_ROWS = 65_536
+ABSENT = -1
+
+# Error kinds, by code. Code 0 is success. New kinds are appended, never renumbered.
+ERROR_KINDS: list[str] = [
+    "",
+    "connect",
+    "tls",
+    "reset",
+    "timeout",
+    "http_4xx",
+    "http_5xx",
+    "protocol",
+    "cancelled",
+    "not_sent:ended",
+    "not_sent:interrupted",
+    "not_sent:connect_failed",
+    "truncated",
+]
+_CODE = {k: i for i, k in enumerate(ERROR_KINDS)}
+
+# The int64 columns, in on-disk order (error, in_window and chunk_times are handled apart).
+INT_COLUMNS = (
+    "seq",
+    "parent",
+    "worker",
+    "scheduled_ns",
+    "sent_ns",
+    "first_byte_ns",
+    "first_token_ns",
+    "done_ns",
+    "status",
+    "bytes_out",
+    "bytes_in",
+    "input_tokens",
+    "output_tokens",
+    "replica",
+)
+COLUMNS = (*INT_COLUMNS[:9], "error", *INT_COLUMNS[9:], "chunk_times", "in_window")
+
+
+def error_code(kind: str) -> int:
+    """The code of an error kind, registering a new kind on first use."""
+    code = _CODE.get(kind)
+    if code is None:
+        code = len(ERROR_KINDS)
+        ERROR_KINDS.append(kind)
+        _CODE[kind] = code
+    return code
+
+
+def category_of(kind: str) -> str:
+    """ok | timed_out | cancelled | not_sent | failed: the accounting bucket of a kind."""
+    if not kind:
+        return "ok"
+    if kind == "timeout":
+        return "timed_out"
+    if kind == "cancelled":
+        return "cancelled"
+    if kind.startswith("not_sent"):
+        return "not_sent"
+    return "failed"
+
+
+class RecordBlock:
+    """Up to :data:`BLOCK_ROWS` consecutive records, seq ``base .. base + rows - 1``."""
+
+    __slots__ = (
+        "base",
+        "bytes_in",
+        "bytes_out",
+        "capped",
+        "chunk_times",
+        "done_ns",
+        "error",
+        "first_byte_ns",
+        "first_token_ns",
+        "input_tokens",
+        "output_tokens",
+        "parent",
+        "replica",
+        "rows",
+        "scheduled_ns",
+        "sent_ns",
+        "status",
+    )
+
+    def __init__(self, base: int, rows: int) -> None:
+        self.base = base
+        self.rows = rows
+        absent = array("q", [ABSENT]) * rows
+        zeros = array("q", bytes(8 * rows))
+        self.scheduled_ns = array("q", zeros)
+        self.sent_ns = array("q", absent)
+        self.first_byte_ns = array("q", absent)
+        self.first_token_ns = array("q", absent)
+        self.done_ns = array("q", absent)
+        self.status = array("q", zeros)
+        self.error = array("b", bytes(rows))
+        self.bytes_out = array("q", zeros)
+        self.bytes_in = array("q", zeros)
+        self.input_tokens = array("q", absent)
+        self.output_tokens = array("q", absent)
+        self.parent = array("q", absent)
+        self.replica = array("q", absent)
+        # 1 when the request waited for the in-flight cap (internal, for the generator check).
+        self.capped = array("b", bytes(rows))
+        # seq-local index -> chunk arrival offsets (LLM streams only).
+        self.chunk_times: dict[int, list[int]] = {}
+
+    def view(self, name: str) -> I64:
+        """A zero-copy int64 NumPy view of an int64 column."""
+        return np.frombuffer(getattr(self, name), dtype=np.int64)
+
+
+@dataclass
+class Records:
+    """Columnar records. Every column has one entry per request attempt, in seq order."""
+
+    seq: I64
+    parent: I64
+    worker: I64
+    scheduled_ns: I64
+    sent_ns: I64
+    first_byte_ns: I64
+    first_token_ns: I64
+    done_ns: I64
+    status: I64
+    error: npt.NDArray[np.int8]
+    bytes_out: I64
+    bytes_in: I64
+    input_tokens: I64
+    output_tokens: I64
+    replica: I64
+    in_window: npt.NDArray[np.bool_]
+    chunk_times: list[list[int] | None] = field(default_factory=list)
+    # Not in the on-disk schema: 1 if the request waited for the in-flight cap.
+    capped: npt.NDArray[np.int8] | None = None
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    @property
+    def error_kinds(self) -> list[str]:
+        return [ERROR_KINDS[c] for c in self.error.tolist()]
+
+    def kind_mask(self, category: str) -> npt.NDArray[np.bool_]:
+        """Boolean mask of rows in an accounting category (see :func:`category_of`)."""
+        cats = np.array([category_of(k) == category for k in ERROR_KINDS], dtype=bool)
+        return cats[self.error.astype(np.int64)]
+
+    def to_pandas(self) -> Any:
+        try:
+            import pandas as pd  # type: ignore[import-untyped,unused-ignore]
+        except ImportError:
+            from tailwise.errors import MissingExtra
+
+            raise MissingExtra("Records.to_pandas", "pandas", "pandas") from None
+        data = {c: getattr(self, c) for c in INT_COLUMNS}
+        data["error"] = self.error_kinds
+        data["in_window"] = self.in_window
+        data["chunk_times"] = self.chunk_times or [None] * len(self)
+        return pd.DataFrame(data)
+
+    @classmethod
+    def from_blocks(
+        cls, blocks: Sequence[RecordBlock], worker: int, window_ns: tuple[int, int]
+    ) -> Records:
+        def cat(name: str) -> I64:
+            parts = [np.frombuffer(getattr(b, name), dtype=np.int64)[: b.rows] for b in blocks]
+            return np.concatenate(parts).copy() if parts else np.zeros(0, np.int64)
+
+        n = sum(b.rows for b in blocks)
+        chunks: list[list[int] | None] = [None] * n
+        for b in blocks:
+            for j, times in b.chunk_times.items():
+                chunks[b.base + j - (blocks[0].base if blocks else 0)] = times
+        sched = cat("scheduled_ns")
+        base = blocks[0].base if blocks else 0
+        err = [np.frombuffer(b.error, dtype=np.int8)[: b.rows] for b in blocks]
+        cap = [np.frombuffer(b.capped, dtype=np.int8)[: b.rows] for b in blocks]
+        return cls(
+            seq=np.arange(base, base + n, dtype=np.int64),
+            parent=cat("parent"),
+            worker=np.full(n, worker, dtype=np.int64),
+            scheduled_ns=sched,
+            sent_ns=cat("sent_ns"),
+            first_byte_ns=cat("first_byte_ns"),
+            first_token_ns=cat("first_token_ns"),
+            done_ns=cat("done_ns"),
+            status=cat("status"),
+            error=np.concatenate(err).copy() if err else np.zeros(0, np.int8),
+            bytes_out=cat("bytes_out"),
+            bytes_in=cat("bytes_in"),
+            input_tokens=cat("input_tokens"),
+            output_tokens=cat("output_tokens"),
+            replica=cat("replica"),
+            in_window=(sched >= window_ns[0]) & (sched < window_ns[1]),
+            chunk_times=chunks,
+            capped=np.concatenate(cap).copy() if cap else np.zeros(0, np.int8),
+        )
+
+
+# ---- JSON Lines ---------------------------------------------------------------------
+
+
+def _nullable(col: I64) -> list[str]:
+    strs: list[str] = col.astype(str).tolist()
+    if (col < 0).any():
+        for i in np.flatnonzero(col < 0).tolist():
+            strs[i] = "null"
+    return strs
+
+
+_LINE = (
+    '{{"seq":{},"parent":{},"worker":{},"scheduled_ns":{},"sent_ns":{},"first_byte_ns":{},'
+    '"first_token_ns":{},"done_ns":{},"status":{},"error":"{}","bytes_out":{},"bytes_in":{},'
+    '"input_tokens":{},"output_tokens":{},"replica":{},"chunk_times":{},"in_window":{}}}\n'
+)
+
+
+def format_rows(
+    cols: dict[str, I64], errors: Iterable[int], chunks: Iterable[object], in_window: Iterable[bool]
+) -> str:
+    """JSON Lines for a batch of rows given as equal-length int64 columns."""
+    ints = [_nullable(cols[c]) for c in INT_COLUMNS]
+    kinds = [ERROR_KINDS[e] for e in errors]
+    chunk_strs = ["null" if c is None else json.dumps(c, separators=(",", ":")) for c in chunks]
+    flags = ["true" if w else "false" for w in in_window]
+    fmt = _LINE.format
+    return "".join(
+        fmt(s, p, w, sc, se, fb, ft, d, st, k, bo, bi, it, ot, r, ch, iw)
+        for s, p, w, sc, se, fb, ft, d, st, bo, bi, it, ot, r, k, ch, iw in zip(
+            *ints, kinds, chunk_strs, flags, strict=True
+        )
+    )
+
+
+def read_jsonl(path: str | Path) -> Records:
+    """Load ``records.jsonl`` (any row order) into seq-ordered columns."""
+    rows: list[dict[str, Any]] = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            rows.extend(_parse_lines(fh, str(path)))
+    except OSError as exc:
+        raise BadInput("records", str(path), f"a readable records.jsonl ({exc.strerror})") from None
+    rows.sort(key=lambda r: (r["worker"] or 0, r["seq"]))
+
+    def col(name: str) -> I64:
+        return np.array([ABSENT if r.get(name) is None else r[name] for r in rows], dtype=np.int64)
+
+    ints = {c: col(c) for c in INT_COLUMNS}
+    return Records(
+        seq=ints["seq"],
+        parent=ints["parent"],
+        worker=ints["worker"],
+        scheduled_ns=ints["scheduled_ns"],
+        sent_ns=ints["sent_ns"],
+        first_byte_ns=ints["first_byte_ns"],
+        first_token_ns=ints["first_token_ns"],
+        done_ns=ints["done_ns"],
+        status=ints["status"],
+        error=np.array([error_code(r.get("error") or "") for r in rows], dtype=np.int8),
+        bytes_out=ints["bytes_out"],
+        bytes_in=ints["bytes_in"],
+        input_tokens=ints["input_tokens"],
+        output_tokens=ints["output_tokens"],
+        replica=ints["replica"],
+        in_window=np.array([bool(r.get("in_window")) for r in rows], dtype=bool),
+        chunk_times=[r.get("chunk_times") for r in rows],
+    )
+
+
+def _parse_lines(fh: IO[str], name: str) -> Iterator[dict[str, Any]]:
+    for lineno, line in enumerate(fh, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            # A run killed mid-write can leave one partial last line: skip it, keep the rest.
+            continue
+        if not isinstance(row, dict) or "seq" not in row:
+            raise BadInput(f"{name}:{lineno}", line[:60], "a JSON object with the record columns")
+        yield row

@@ -1,0 +1,1 @@
+"""Reporters: plain functions of a summary (and, for plots, of records)."""

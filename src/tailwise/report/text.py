@@ -1,0 +1,155 @@
+"""The terminal summary (rich). A pure function of summary.json's dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+_DIST_ROWS = (
+    ("latency", "latency_ms"),
+    ("service", "service_ms"),
+    ("send lag", "send_lag_ms"),
+    ("TTFT", "ttft_ms"),
+    ("TPOT", "tpot_ms"),
+    ("ITL", "itl_ms"),
+)
+_COLS = (
+    ("p50", "p50"),
+    ("p90", "p90"),
+    ("p95", "p95"),
+    ("p99", "p99"),
+    ("p99.9", "p999"),
+    ("max", "max"),
+    ("mean", "mean"),
+)
+_VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "invalid": "bold yellow"}
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 1000:
+        return f"{v / 1000:.2f}s"
+    if v >= 10:
+        return f"{v:.1f}ms"
+    return f"{v:.2f}ms"
+
+
+def _header(s: dict[str, Any]) -> Text:
+    arrival = s["arrival"]
+    target = s["target"] if isinstance(s["target"], str) else ", ".join(s["target"])
+    t = Text()
+    if s["mode"] == "closed":
+        t.append(
+            "CLOSED-LOOP (comparison only: latency hides coordinated omission)\n", "bold magenta"
+        )
+        t.append(f"{target}  concurrency {s.get('concurrency')}", "bold")
+    else:
+        rate = arrival.get("rate_rps")
+        what = arrival.get("process", "?") + (f" {rate:g}/s" if rate else "")
+        if arrival.get("profile"):
+            what += f" {arrival['profile']}"
+        t.append(f"{target}  open-loop {what}", "bold")
+    w = s["window"]
+    t.append(f"  window {w['start_s']:.1f}-{w['end_s']:.1f}s ({w['duration_s']:.1f}s)")
+    return t
+
+
+def _accounting(s: dict[str, Any]) -> Text:
+    r = s["requests"]
+    mark = ("✓", "green") if r["accounted"] else ("✗ MISMATCH", "bold red")
+    t = Text(
+        f"requests  {r['scheduled']} = {r['ok']} ok + {r['failed']} failed + "
+        f"{r['timed_out']} timeout + {r['cancelled']} cancelled + {r['not_sent']} unsent "
+    )
+    t.append(mark[0], mark[1])
+    if r["errors"]:
+        t.append(
+            "\n          errors: " + ", ".join(f"{k} {v}" for k, v in sorted(r["errors"].items()))
+        )
+    if r["warmup"]["scheduled"]:
+        t.append(f"\n          (+{r['warmup']['scheduled']} warm-up requests, excluded)", "dim")
+    return t
+
+
+def _rates(s: dict[str, Any]) -> Text:
+    r = s["rates"]
+    t = Text(
+        f"rates     offered {r['offered_rps']:.1f}/s  throughput {r['throughput_rps']:.1f}/s  "
+        f"goodput {r['goodput_rps']:.1f}/s\n          attainment {100 * r['attainment']:.2f}% "
+        "(good / scheduled)"
+    )
+    if s.get("tokens"):
+        t.append(f"  output {s['tokens']['output_tps']:.0f} tok/s")
+    return t
+
+
+def _distributions(s: dict[str, Any]) -> Table:
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    table.add_column("", style="bold")
+    for label, _ in _COLS:
+        table.add_column(label, justify="right")
+    table.add_column("n", justify="right", style="dim")
+    for label, key in _DIST_ROWS:
+        d = s.get(key)
+        if d:
+            table.add_row(label, *[_ms(d.get(k)) for _, k in _COLS], str(d["count"]))
+    return table
+
+
+def _checks(s: dict[str, Any]) -> Text:
+    ll, g = s["littles_law"], s["generator"]
+    t = Text(
+        f"Little    L={ll['l_measured']:.2f} in system vs λW={ll['lambda_w']:.2f} "
+        f"(gap {100 * ll['rel_gap']:.2f}%)"
+    )
+    if s["mode"] == "open":
+        t.append(
+            f"\ngenerator send-lag p99 {g['send_lag_p99_uncapped_ms']:.3f}ms "
+            f"(bound {g['max_send_lag_ms']:g}ms)"
+        )
+        if g["cap_bound"]:
+            t.append(
+                f"; in-flight cap {g['max_in_flight']} bound {g['cap_bound']} times "
+                f"({100 * g['cap_bound_share']:.1f}%), counted as latency",
+                "yellow",
+            )
+    for slo in s["slos"]:
+        ok = slo["passed"]
+        t.append("\n" + ("✓ " if ok else "✗ "), "green" if ok else "red")
+        value = slo.get("value")
+        if slo["kind"] == "deadline":
+            shown = f"attainment {100 * slo['attainment']:.2f}% (target {100 * slo['target']:g}%)"
+        elif slo["kind"] == "objective":
+            shown = _ms(value) if value is not None else "unbounded (failures)"
+        else:
+            shown = (
+                f"{100 * value:.2f}%"
+                if slo["spec"].startswith(("error", "attain"))
+                else f"{value:.1f}/s"
+            )
+        t.append(f"{slo['spec']:<28} {shown}" + ("  (default)" if slo.get("implicit") else ""))
+    return t
+
+
+def render(s: dict[str, Any], directory: str | None = None) -> Group:
+    verdict = Text(f"verdict   {s['verdict'].upper()}", _VERDICT_STYLE[s["verdict"]])
+    verdict.append(f"  {s['verdict_reason']}")
+    parts: list[Any] = [
+        _header(s),
+        _accounting(s),
+        _rates(s),
+        _distributions(s),
+        _checks(s),
+        verdict,
+    ]
+    if directory:
+        parts.append(Text(f"saved     {directory}", "dim"))
+    return Group(*parts)
+
+
+def print_summary(s: dict[str, Any], directory: str | None = None, *, stderr: bool = False) -> None:
+    Console(stderr=stderr, highlight=False).print(render(s, directory))

@@ -1,0 +1,231 @@
+"""A tiny HTTP target whose latency law is known exactly (asyncio + httptools, no deps).
+
+Law for a request arriving at server time ``a`` (seconds since the server
+started), with service time ``s`` drawn from ``--service``:
+
+* if ``a`` falls in a stall window ``[k*P, k*P + S)`` (``--stall S/P``), work
+  starts at the end of that window, else at ``a``;
+* with ``--workers c`` > 0, requests queue FCFS for ``c`` servers (computed in
+  virtual time, so the queue is exact); with 0, every request is served in
+  parallel;
+* the response is sent when the work finishes.
+
+So with ``--service 5ms --stall 1s/10s`` at a steady rate, the latency of a
+request arriving ``x`` seconds into a stall is ``1 s - x + 5 ms``: the seed's
+coordinated-omission exercise. A JSON body may steer one request:
+``{"action": "reset" | "hang" | "close"}``, ``{"status": 503}``,
+``{"delay_ms": 20}``, which the accounting tests use.
+
+Run: ``python -m tailwise.server.loopback --port 0`` prints ``listening on URL``.
+It binds 127.0.0.1 and exits after ``--lifetime`` (default 10 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import heapq
+import json
+import math
+import random
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+
+from tailwise.units import parse_duration_ns
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+@dataclass
+class Law:
+    service_s: float = 0.005
+    distribution: str = "constant"  # constant | exp
+    workers: int = 0
+    stall_s: float = 0.0
+    period_s: float = 0.0
+    seed: int = 0
+
+
+def parse_law(service: str, workers: int, stall: str | None, seed: int) -> Law:
+    dist, _, value = service.rpartition(":")
+    law = Law(parse_duration_ns(value, "--service") / 1e9, dist or "constant", workers, seed=seed)
+    if law.distribution not in ("constant", "exp"):
+        raise SystemExit("--service: expected <duration> or exp:<duration>")
+    if stall:
+        s, _, p = stall.partition("/")
+        law.stall_s = parse_duration_ns(s, "--stall") / 1e9
+        law.period_s = parse_duration_ns(p or "10s", "--stall") / 1e9
+    return law
+
+
+class Server:
+    def __init__(self, law: Law) -> None:
+        self.law = law
+        self.rng = random.Random(law.seed)
+        self.epoch = time.monotonic()
+        self.free_at: list[float] = [0.0] * law.workers  # heap of worker free instants
+        self.served = 0
+
+    def service_s(self) -> float:
+        if self.law.distribution == "exp":
+            return self.rng.expovariate(1.0 / self.law.service_s)
+        return self.law.service_s
+
+    def finish_at(self, arrival: float, extra_s: float) -> float:
+        """Server-clock instant the response is due (see the module's law)."""
+        start = arrival
+        law = self.law
+        if law.stall_s > 0 and law.period_s > 0:
+            k = math.floor(arrival / law.period_s)
+            if arrival < k * law.period_s + law.stall_s:
+                start = k * law.period_s + law.stall_s
+        work = self.service_s() + extra_s
+        if law.workers > 0:
+            start = max(start, self.free_at[0])
+            heapq.heapreplace(self.free_at, start + work)
+        return start + work
+
+
+class _Http(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: Any = None
+        self.body = bytearray()
+        self.url = b""
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.transport.close()
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        srv = self.server
+        arrival = time.monotonic() - srv.epoch
+        body, url = bytes(self.body), self.url
+        self.body, self.url = bytearray(), b""
+        steer = _steer(body)
+        action = steer.get("action")
+        if action == "reset":
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:  # SO_LINGER 0: close with RST, as a crashed peer would
+                sock.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                )
+            self.transport.abort()
+            return
+        if action == "hang":
+            return
+        status = int(steer.get("status", 404 if url.startswith(b"/missing") else 200))
+        due = srv.finish_at(arrival, float(steer.get("delay_ms", 0.0)) / 1e3)
+        loop = asyncio.get_running_loop()
+        loop.call_at(
+            loop.time() + max(due - (time.monotonic() - srv.epoch), 0.0),
+            self.respond,
+            status,
+            action == "close",
+        )
+
+    def respond(self, status: int, close: bool) -> None:
+        if self.transport.is_closing():
+            return
+        self.server.served += 1
+        payload = b'{"ok":true}' if status < 400 else b'{"error":"steered"}'
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+            + ("Connection: close\r\n" if close else "")
+            + "\r\n"
+        )
+        self.transport.write(head.encode() + payload)
+        if close:
+            self.transport.close()
+
+
+def _steer(body: bytes) -> dict[str, Any]:
+    if not body or not body.startswith(b"{"):
+        return {}
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+async def serve(
+    law: Law, host: str, port: int, lifetime_s: float, tls: tuple[str, str] | None = None
+) -> None:
+    loop = asyncio.get_running_loop()
+    server = Server(law)
+    ctx = None
+    if tls:
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+    srv = await loop.create_server(lambda: _Http(server), host, port, backlog=4096, ssl=ctx)
+    bound = srv.sockets[0].getsockname()
+    print(f"listening on {'https' if tls else 'http'}://{bound[0]}:{bound[1]}", flush=True)
+    try:
+        await asyncio.sleep(lifetime_s)
+    finally:
+        srv.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m tailwise.server.loopback", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--service", default="5ms", help="<duration> or exp:<duration>")
+    ap.add_argument("--workers", type=int, default=0, help="FCFS servers; 0 = unlimited")
+    ap.add_argument("--stall", default=None, help="S/P: stall S at the start of every period P")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lifetime", default="600s")
+    ap.add_argument("--tls-cert", default=None, help="PEM certificate: serve HTTPS")
+    ap.add_argument("--tls-key", default=None, help="PEM private key for --tls-cert")
+    a = ap.parse_args(argv)
+    tls = (a.tls_cert, a.tls_key) if a.tls_cert else None
+    law = parse_law(a.service, a.workers, a.stall, a.seed)
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    with runner, contextlib.suppress(KeyboardInterrupt):
+        runner.run(
+            serve(law, a.host, a.port, parse_duration_ns(a.lifetime, "--lifetime") / 1e9, tls)
+        )
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""SLO specs: the three kinds, and errors counted as misses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tailwise.errors import BadInput
+from tailwise.metrics.slo import evaluate, good_mask, parse_slo
+from tailwise.records import Records, error_code
+
+MS = 1_000_000
+
+
+def records(latencies_ms: list[float], errors: list[str] | None = None) -> Records:
+    n = len(latencies_ms)
+    sched = np.arange(n, dtype=np.int64) * 10 * MS
+    done = sched + (np.array(latencies_ms) * MS).astype(np.int64)
+    errs = errors or [""] * n
+    z = np.zeros(n, dtype=np.int64)
+    absent = np.full(n, -1, dtype=np.int64)
+    return Records(
+        seq=np.arange(n),
+        parent=absent,
+        worker=z,
+        scheduled_ns=sched,
+        sent_ns=sched,
+        first_byte_ns=done,
+        first_token_ns=absent,
+        done_ns=done,
+        status=z + 200,
+        error=np.array([error_code(e) for e in errs], dtype=np.int8),
+        bytes_out=z,
+        bytes_in=z,
+        input_tokens=absent,
+        output_tokens=absent,
+        replica=absent,
+        in_window=np.ones(n, dtype=bool),
+    )
+
+
+def test_parse_kinds() -> None:
+    d = parse_slo("latency<=200ms")
+    assert (d.kind, d.metric, d.threshold, d.target) == ("deadline", "latency", 200 * MS, 0.99)
+    assert parse_slo("latency<=200ms@99.9%").target == pytest.approx(0.999)
+    o = parse_slo("p99.9(ttft)<=1s")
+    assert (o.kind, o.stat, o.metric, o.threshold) == ("objective", "p99.9", "ttft", 10**9)
+    assert parse_slo("mean(service)<=20ms").stat == "mean"
+    r = parse_slo("error_rate<=1%")
+    assert (r.kind, r.threshold) == ("rate", 0.01)
+    assert parse_slo("goodput>=90/s").threshold == 90.0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "latency<200ms",
+        "p99(latency)<=fast",
+        "p101(latency)<=1s",
+        "throughput<=5/s",
+        "lat<=1s",
+        "",
+        "p99(latency)",
+    ],
+)
+def test_bad_specs_name_the_flag(bad: str) -> None:
+    with pytest.raises(BadInput, match="--slo"):
+        parse_slo(bad)
+
+
+def test_deadline_attainment_counts_errors_as_misses() -> None:
+    r = records([10] * 97 + [300, 10, 10], [""] * 98 + ["http_5xx", "timeout"])
+    slo = parse_slo("latency<=200ms")
+    good = good_mask(r, [slo])
+    assert good.sum() == 97  # one too slow, two failed
+    [entry] = evaluate(r, [slo], {}, r.in_window)
+    assert entry["attainment"] == pytest.approx(0.97)
+    assert entry["passed"] is False
+
+
+def test_percentile_objective_treats_failures_as_infinite() -> None:
+    lat = [10.0] * 100
+    ok = evaluate(records(lat), [parse_slo("p99(latency)<=20ms")], {}, np.ones(100, bool))[0]
+    assert ok["passed"] and ok["value"] == pytest.approx(10.0)
+    errs = [""] * 98 + ["reset", "reset"]  # 2% failures sit above the p99
+    bad = evaluate(records(lat, errs), [parse_slo("p99(latency)<=20ms")], {}, np.ones(100, bool))[0]
+    assert bad["passed"] is False and bad["value"] is None
+
+
+def test_rate_objectives() -> None:
+    r = records([1.0] * 10)
+    rates = {"error_rate": 0.02, "attainment": 0.995, "goodput": 80.0, "throughput": 100.0}
+    got = evaluate(
+        r,
+        [
+            parse_slo("error_rate<=1%"),
+            parse_slo("attainment>=99%"),
+            parse_slo("goodput>=90/s"),
+            parse_slo("throughput>=90/s"),
+        ],
+        rates,
+        r.in_window,
+    )
+    assert [e["passed"] for e in got] == [False, True, False, True]

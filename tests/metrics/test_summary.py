@@ -1,0 +1,139 @@
+"""summary.json from synthetic records with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tailwise.metrics.littles import littles_law
+from tailwise.metrics.percentiles import distribution_ms, nearest_rank
+from tailwise.metrics.slo import parse_slo
+from tailwise.metrics.summary import SCHEMA, RunInfo, summarize
+from tailwise.records import Records, error_code
+
+MS = 1_000_000
+S = 1_000_000_000
+
+
+def make(
+    sched: np.ndarray,
+    lat: np.ndarray,
+    errors: list[str],
+    window: tuple[int, int],
+    lag: np.ndarray | None = None,
+) -> Records:
+    n = len(sched)
+    lag = np.zeros(n, dtype=np.int64) if lag is None else lag
+    z, absent = np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    err = np.array([error_code(e) for e in errors], dtype=np.int8)
+    sent = np.where(np.array([e.startswith("not_sent") for e in errors]), -1, sched + lag)
+    return Records(
+        seq=np.arange(n),
+        parent=absent,
+        worker=z,
+        scheduled_ns=sched,
+        sent_ns=sent,
+        first_byte_ns=sched + lat,
+        first_token_ns=absent,
+        done_ns=sched + lat,
+        status=z + 200,
+        error=err,
+        bytes_out=z,
+        bytes_in=z,
+        input_tokens=absent,
+        output_tokens=absent,
+        replica=absent,
+        in_window=(sched >= window[0]) & (sched < window[1]),
+        capped=np.zeros(n, np.int8),
+    )
+
+
+def info(window: tuple[int, int], slos: list[str] | None = None) -> RunInfo:
+    return RunInfo(
+        source="sim",
+        target="t",
+        mode="open",
+        arrival={"process": "constant"},
+        window_ns=window,
+        slos=[parse_slo(s) for s in slos or []],
+    )
+
+
+def test_nearest_rank_definition() -> None:
+    v = np.arange(1, 101, dtype=float)
+    assert nearest_rank(v, 50) == 50 and nearest_rank(v, 99) == 99 and nearest_rank(v, 99.9) == 100
+    assert distribution_ms(np.array([], dtype=np.int64))["p99"] is None
+
+
+def test_accounting_windows_and_rates() -> None:
+    n = 1000  # 100/s for 10 s; the first second is warm-up
+    sched = np.arange(n, dtype=np.int64) * 10 * MS
+    lat = np.full(n, 20 * MS, dtype=np.int64)
+    errors = [""] * n
+    errors[500], errors[501], errors[502], errors[503] = (
+        "reset",
+        "timeout",
+        "cancelled",
+        "not_sent:ended",
+    )
+    window = (1 * S, 10 * S)
+    s = summarize(make(sched, lat, errors, window), info(window, ["latency<=10ms"]))
+    assert s["schema"] == SCHEMA
+    req = s["requests"]
+    assert req["scheduled"] == 900 and req["warmup"]["scheduled"] == 100
+    assert (req["ok"], req["failed"], req["timed_out"], req["cancelled"], req["not_sent"]) == (
+        896,
+        1,
+        1,
+        1,
+        1,
+    )
+    assert req["accounted"] and req["errors"] == {
+        "reset": 1,
+        "timeout": 1,
+        "cancelled": 1,
+        "not_sent:ended": 1,
+    }
+    assert s["rates"]["offered_rps"] == pytest.approx(100.0)
+    assert s["rates"]["goodput_rps"] == 0.0  # every request is slower than 10 ms
+    assert s["verdict"] == "fail" and "latency<=10ms" in s["verdict_reason"]
+    assert s["latency_ms"]["p50"] == pytest.approx(20.0)
+
+
+def test_throughput_counts_completions_inside_the_window_only() -> None:
+    # A target at 50/s capacity offered 100/s: completions fall behind the schedule.
+    n = 1000
+    sched = np.arange(n, dtype=np.int64) * 10 * MS
+    done = np.arange(1, n + 1, dtype=np.int64) * 20 * MS
+    window = (0, 10 * S)
+    s = summarize(make(sched, done - sched, [""] * n, window), info(window))
+    assert s["rates"]["offered_rps"] == pytest.approx(100.0)
+    assert s["rates"]["throughput_rps"] == pytest.approx(50.0, rel=0.01)
+
+
+def test_littles_law_on_a_steady_queue() -> None:
+    n = 20_000
+    sched = np.arange(n, dtype=np.int64) * 1 * MS  # 1000/s
+    lat = np.random.default_rng(0).integers(1 * MS, 9 * MS, n)
+    rec = make(sched, lat, [""] * n, (0, 20 * S))
+    ll = littles_law(rec, 0, 20 * S)
+    assert ll["l_measured"] == pytest.approx(5.0, rel=0.01)  # 1000/s x 5 ms
+    assert ll["rel_gap"] < 0.01
+
+
+def test_generator_saturation_makes_the_run_invalid() -> None:
+    n = 1000
+    sched = np.arange(n, dtype=np.int64) * MS
+    lag = np.full(n, 8 * MS, dtype=np.int64)  # the generator was 8 ms late throughout
+    rec = make(sched, lag + MS, [""] * n, (0, S), lag=lag)
+    s = summarize(rec, info((0, S)))
+    assert s["verdict"] == "invalid"
+    assert s["verdict_reason"].startswith("generator saturated: send-lag p99 8.00 ms")
+
+
+def test_no_nan_reaches_json() -> None:
+    window = (0, S)
+    rec = make(np.array([10 * S], dtype=np.int64), np.array([MS]), [""], window)
+    s = summarize(rec, info(window))
+    assert s["verdict"] == "invalid"
+    assert s["latency_ms"]["p99"] is None
