@@ -235,36 +235,68 @@ class Records:
 # ---- JSON Lines ---------------------------------------------------------------------
 
 
-def _nullable(col: I64) -> list[str]:
+_FIELD_ORDER = (*INT_COLUMNS[:9], "error", *INT_COLUMNS[9:], "chunk_times", "in_window")
+
+
+def _column_spec(name: str, values: Any) -> tuple[str, list[Any] | None]:
+    """Template text for one field of a batch, and the per-row values it needs (if any).
+
+    Fields that are uniform across the batch (all null, all true, one error kind)
+    are baked into the template, so the per-row work is one C-level
+    ``str % tuple``: about 1 us per row instead of 4.
+    """
+    if name == "error":
+        kinds = [ERROR_KINDS[c] for c in values]
+        if len(set(kinds)) == 1:
+            return f'"error":"{kinds[0]}"'.replace("%", "%%"), None
+        return '"error":"%s"', kinds
+    if name == "in_window":
+        flags = list(values)
+        if all(flags) or not any(flags):
+            return f'"in_window":{"true" if flags and flags[0] else "false"}', None
+        return '"in_window":%s', ["true" if w else "false" for w in flags]
+    if name == "chunk_times":
+        chunks = list(values)
+        if all(c is None for c in chunks):
+            return '"chunk_times":null', None
+        dumped = ["null" if c is None else json.dumps(c, separators=(",", ":")) for c in chunks]
+        return '"chunk_times":%s', dumped
+    col = np.asarray(values, dtype=np.int64)
+    absent = col < 0
+    if absent.all():
+        return f'"{name}":null', None
+    if not absent.any():
+        return f'"{name}":%d', col.tolist()
     strs: list[str] = col.astype(str).tolist()
-    if (col < 0).any():
-        for i in np.flatnonzero(col < 0).tolist():
-            strs[i] = "null"
-    return strs
-
-
-_LINE = (
-    '{{"seq":{},"parent":{},"worker":{},"scheduled_ns":{},"sent_ns":{},"first_byte_ns":{},'
-    '"first_token_ns":{},"done_ns":{},"status":{},"error":"{}","bytes_out":{},"bytes_in":{},'
-    '"input_tokens":{},"output_tokens":{},"replica":{},"chunk_times":{},"in_window":{}}}\n'
-)
+    for i in np.flatnonzero(absent).tolist():
+        strs[i] = "null"
+    return f'"{name}":%s', strs
 
 
 def format_rows(
     cols: dict[str, I64], errors: Iterable[int], chunks: Iterable[object], in_window: Iterable[bool]
 ) -> str:
     """JSON Lines for a batch of rows given as equal-length int64 columns."""
-    ints = [_nullable(cols[c]) for c in INT_COLUMNS]
-    kinds = [ERROR_KINDS[e] for e in errors]
-    chunk_strs = ["null" if c is None else json.dumps(c, separators=(",", ":")) for c in chunks]
-    flags = ["true" if w else "false" for w in in_window]
-    fmt = _LINE.format
-    return "".join(
-        fmt(s, p, w, sc, se, fb, ft, d, st, k, bo, bi, it, ot, r, ch, iw)
-        for s, p, w, sc, se, fb, ft, d, st, bo, bi, it, ot, r, k, ch, iw in zip(
-            *ints, kinds, chunk_strs, flags, strict=True
-        )
-    )
+    n = len(cols["seq"])
+    if n == 0:
+        return ""
+    sources: dict[str, Any] = {
+        **cols,
+        "error": list(errors),
+        "chunk_times": list(chunks),
+        "in_window": list(in_window),
+    }
+    parts: list[str] = []
+    per_row: list[list[Any]] = []
+    for name in _FIELD_ORDER:
+        text, values = _column_spec(name, sources[name])
+        parts.append(text)
+        if values is not None:
+            per_row.append(values)
+    template = "{" + ",".join(parts) + "}\n"
+    if not per_row:
+        return str(template % ()) * n
+    return "".join(map(template.__mod__, zip(*per_row, strict=True)))
 
 
 def read_jsonl(path: str | Path) -> Records:

@@ -23,17 +23,13 @@ from tailwise.records import read_jsonl
 Loopback = Callable[..., str]
 
 
-def co_truth_ms(stall_s: float, service_s: float, q: float) -> float:
+def stall_quantile_ms(q: float, stall_s: float, period_s: float, service_s: float) -> float:
     """Open-loop truth for a server that stalls ``stall_s`` once per period at a steady rate.
 
     A fraction f = stall/period of requests arrives during a stall, uniformly, and waits
     for its end: latency = stall - x + service. Quantile q over all requests is therefore
     service if q <= 1 - f, else stall * (1 - (1 - q) / f) + service.
     """
-    return 1e3 * service_s  # overwritten below for tail quantiles
-
-
-def stall_quantile_ms(q: float, stall_s: float, period_s: float, service_s: float) -> float:
     f = stall_s / period_s
     if q <= 1 - f:
         return 1e3 * service_s
@@ -75,6 +71,21 @@ def test_coordinated_omission_open_vs_capped_vs_closed(loopback: Loopback, tmp_p
     # The closed loop waits out each stall with 5 requests, so the stall nearly vanishes
     # from its percentiles: the coordinated-omission error.
     assert ks["latency_ms"]["p99"] < 0.2 * lat["p99"]
+
+
+@pytest.mark.long
+def test_seed_exercise_full_length(loopback: Loopback, tmp_path: Path) -> None:
+    """Seed exercise 5.3.3 as stated: 1 s stall every 10 s, 5 ms service, 1000 req/s, 20 s."""
+    url = loopback("--service", "5ms", "--stall", "1s/10s") + "/predict"
+    res = tailwise.run(
+        url, rate="1000/s", arrival="constant", duration="20s", out=str(tmp_path / "o")
+    )
+    lat = res.summary["latency_ms"]
+    assert lat["p99"] == pytest.approx(905.0, rel=0.05)
+    assert lat["p95"] == pytest.approx(505.0, rel=0.05)
+    assert lat["p50"] < 8.0
+    closed = tailwise.run(url, concurrency=5, duration="20s", out=str(tmp_path / "k"))
+    assert closed.summary["latency_ms"]["p99"] < 0.05 * lat["p99"]
 
 
 def test_every_request_accounted_with_the_right_kind(loopback: Loopback, tmp_path: Path) -> None:

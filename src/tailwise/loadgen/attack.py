@@ -135,6 +135,7 @@ class OpenLoop(Engine):
         if self.stopping:
             return
         t0, block, due, j = self.t0, self._block, self._due, self._j
+        send = self.transport.send
         assert block is not None
         now = now_ns() - t0
         while True:
@@ -149,7 +150,15 @@ class OpenLoop(Engine):
                 now = now_ns() - t0
                 if due[j] > now:
                     break
-            self._dispatch(block, j)
+            # _dispatch and _send, inlined: this line runs once per request.
+            if self.in_flight < self.max_in_flight:
+                self.in_flight += 1
+                self.sent += 1
+                block.sent_ns[j] = now_ns() - t0
+                send(block, j)
+            else:
+                block.capped[j] = 1
+                self.cap_queue.append((block, j))
             j += 1
         self._j = j
         assert self._waker is not None

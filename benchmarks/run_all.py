@@ -1,0 +1,15 @@
+"""``make bench``: every benchmark, each writing its numbers into docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = [["wrk_vs_tailwise.py", "--write-docs"]]
+
+if __name__ == "__main__":
+    for script, *args in BENCHMARKS:
+        print(f"== {script}", flush=True)
+        subprocess.run([sys.executable, str(HERE / script), *args], check=True)

@@ -1,0 +1,246 @@
+"""tailwise's highest sustainable open-loop rate vs. wrk's closed-loop throughput, one run.
+
+Target: nginx on loopback (Debian's nginx-light, one worker, a 3-byte static
+answer). Reference: wrk (Debian) closed loop, 1 thread, 32 connections; the
+median of three 5 s runs. tailwise: the CLI, one process, constant arrivals,
+1 s warm-up + 3 s window; a rate is *sustainable* when the window's achieved
+send rate is >= 99% of offered, the generator's send-lag p99 is <= 1 ms and
+every request succeeded, in at least 2 of 3 trials. The search doubles the
+rate until it fails, then bisects to 5%.
+
+Usage: ``python benchmarks/wrk_vs_tailwise.py [--quick] [--write-docs]``.
+Everything runs on 127.0.0.1 and stops by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {work}/nginx.pid;
+error_log {work}/error.log warn;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off;
+  keepalive_requests 10000000;
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{ return 200 "ok\\n"; }}
+  }}
+}}
+"""
+
+
+def ensure_tools() -> None:
+    missing = [
+        pkg
+        for tool, pkg in (("nginx", "nginx-light"), ("wrk", "wrk"))
+        if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()
+    ]
+    if not missing:
+        return
+    print(f"installing {' '.join(missing)} (Debian packages) ...", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env=env)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_nginx(work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    (work / "nginx.conf").write_text(NGINX_CONF.format(work=work, port=port))
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    proc = subprocess.Popen([nginx, "-c", str(work / "nginx.conf"), "-p", str(work)])
+    for _ in range(50):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, f"http://127.0.0.1:{port}/"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("nginx did not start")
+
+
+def wrk_rps(url: str, seconds: int) -> float:
+    out = subprocess.run(
+        ["wrk", "-t1", "-c32", f"-d{seconds}s", url], capture_output=True, text=True, check=True
+    ).stdout
+    m = re.search(r"Requests/sec:\s+([0-9.]+)", out)
+    assert m, out
+    return float(m.group(1))
+
+
+def tailwise_trial(url: str, rate: int, out: Path) -> dict[str, float | bool]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "tailwise",
+        "run",
+        url,
+        "--rate",
+        f"{rate}/s",
+        "--arrival",
+        "constant",
+        "--warmup",
+        "1s",
+        "--duration",
+        "3s",
+        "--max-send-lag",
+        "1ms",
+        "--json",
+        "-q",
+        "--out",
+        str(out),
+    ]
+    s = json.loads(subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout)
+    r, g = s["rates"], s["generator"]
+    ok = (
+        r["achieved_send_rps"] >= 0.99 * r["offered_rps"]
+        and g["send_lag_p99_uncapped_ms"] <= 1.0
+        and s["requests"]["ok"] == s["requests"]["scheduled"]
+    )
+    return {
+        "ok": ok,
+        "lag_p99_ms": g["send_lag_p99_uncapped_ms"],
+        "achieved_rps": r["achieved_send_rps"],
+    }
+
+
+def sustainable(url: str, rate: int, work: Path, trials: int) -> tuple[bool, list[float]]:
+    lags, passed = [], 0
+    for k in range(trials):
+        t = tailwise_trial(url, rate, work / f"tw-{rate}-{k}")
+        lags.append(round(float(t["lag_p99_ms"]), 3))
+        passed += bool(t["ok"])
+        if passed * 2 > trials or (trials - k - 1 + passed) * 2 <= trials:
+            break  # the majority is decided
+    ok = passed * 2 > trials
+    print(
+        f"  tailwise {rate:>7}/s  send-lag p99 {lags} ms  -> {'sustained' if ok else 'not'}",
+        flush=True,
+    )
+    return ok, lags
+
+
+def search(url: str, work: Path, start: int, trials: int) -> tuple[int, list[dict[str, object]]]:
+    log: list[dict[str, object]] = []
+    lo, hi, rate = 0, 0, start
+    while True:  # bracket
+        ok, lags = sustainable(url, rate, work, trials)
+        log.append({"rate_rps": rate, "sustained": ok, "lag_p99_ms": lags})
+        if not ok:
+            hi = rate
+            break
+        lo, rate = rate, rate * 2
+    while hi - lo > 0.05 * lo and lo > 0:  # bisect to 5%
+        mid = (lo + hi) // 2
+        ok, lags = sustainable(url, mid, work, trials)
+        log.append({"rate_rps": mid, "sustained": ok, "lag_p99_ms": lags})
+        lo, hi = (mid, hi) if ok else (lo, mid)
+    return lo, log
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, {platform.system()}"
+
+
+def write_docs(result: dict[str, object]) -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    begin, end = "<!-- wrk_vs_tailwise:begin -->", "<!-- wrk_vs_tailwise:end -->"
+    trials = "\n".join(
+        f"| {t['rate_rps']} | {'yes' if t['sustained'] else 'no'} | "
+        f"{', '.join(str(x) for x in t['lag_p99_ms'])} |"
+        for t in result["trials"]
+    )  # type: ignore[attr-defined]
+    block = f"""{begin}
+### Open-loop rate vs. wrk ({result["date"]})
+
+Machine: {result["machine"]}. Target: nginx-light, 1 worker, static 3-byte body, loopback.
+
+| | req/s |
+|---|---:|
+| wrk closed loop (1 thread, 32 conns; median of {result["wrk_runs"]}) | {result["wrk_rps"]:,.0f} |
+| tailwise highest sustainable open-loop rate (1 process) | {result["tailwise_rps"]:,} |
+| **ratio** | **{result["ratio"]:.2f}** (target >= 0.5, stretch 0.8) |
+
+Sustainable: achieved >= 99% of offered, send-lag p99 <= 1 ms, no errors, in a
+majority of {result["trials_per_rate"]} trials (1 s warm-up + 3 s window each).
+
+| offered rate (req/s) | sustained | send-lag p99 per trial (ms) |
+|---:|:---:|---|
+{trials}
+{end}"""
+    if begin in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+    print(f"wrote {path.relative_to(ROOT)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1 trial per rate, one wrk run")
+    ap.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    ap.add_argument("--start", type=int, default=5000, help="first rate to try (req/s)")
+    a = ap.parse_args()
+    ensure_tools()
+    trials, wrk_runs = (1, 1) if a.quick else (3, 3)
+    with tempfile.TemporaryDirectory(prefix="tailwise-bench-") as tmp:
+        work = Path(tmp)
+        nginx, url = start_nginx(work)
+        try:
+            print(f"target {url} (nginx); machine: {machine()}", flush=True)
+            rps = [wrk_rps(url, 5) for _ in range(wrk_runs)]
+            print(f"  wrk closed loop: {[round(x) for x in rps]} req/s", flush=True)
+            best, log = search(url, work, a.start, trials)
+        finally:
+            nginx.terminate()
+            nginx.wait(timeout=10)
+    wrk = statistics.median(rps)
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "wrk_rps": wrk,
+        "wrk_runs": wrk_runs,
+        "tailwise_rps": best,
+        "ratio": best / wrk,
+        "trials_per_rate": trials,
+        "trials": log,
+    }
+    print(f"\nwrk {wrk:,.0f} req/s   tailwise {best:,} req/s   ratio {best / wrk:.2f}")
+    if a.write_docs:
+        write_docs(result)
+
+
+if __name__ == "__main__":
+    main()
