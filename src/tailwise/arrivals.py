@@ -336,6 +336,8 @@ def parse_schedule(
     ) -> Schedule:
         return Schedule(process, profile, trace, seed, horizon_ns, max_count)
 
+    if kind in ("trace", "ramp", "stages") and rate is not None:
+        raise BadInput("--rate", rate, f"no --rate with --arrival {kind}: it carries its own rates")
     if kind == "trace":
         if not rest:
             raise BadInput("--arrival", arrival, "trace:<file>")
@@ -344,7 +346,10 @@ def parse_schedule(
         shape, _, proc = rest.partition("+")
         process = parse_process(proc) if proc else Constant()
         if kind == "stages":
-            return bounded(process, _parse_stages(shape, "--arrival"))
+            stages = _parse_stages(shape, "--arrival")
+            if horizon_ns is None and max_count is None:  # the stages bound the run themselves
+                return Schedule(process, stages, None, seed, round(stages.span_s * NS), None)
+            return bounded(process, stages)
         if horizon_ns is None:
             raise BadInput("--duration", None, f"a duration for a ramp ({DURATION_FORM})")
         return bounded(process, _parse_ramp(shape, horizon_ns / NS, "--arrival"))

@@ -1,6 +1,6 @@
 """The command line: one thin function per command; all work happens in the library.
 
-Exit codes: 0 pass, 1 an SLO failed, 2 bad input, 3 invalid run.
+Exit codes: 0 pass, 1 an SLO failed, 2 bad input, 3 invalid run, 4 internal error.
 """
 
 from __future__ import annotations
@@ -141,3 +141,12 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         click.echo(f"tailwise: error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
+    except Exception:
+        # A bug, not a user mistake: show everything, with a code no verdict uses.
+        import traceback
+
+        traceback.print_exc()
+        click.echo(
+            "tailwise: internal error (exit 4); please report it with the output above", err=True
+        )
+        sys.exit(4)

@@ -140,10 +140,13 @@ def test_saved_data_reproduces_the_summary(loopback: Loopback, tmp_path: Path) -
         duration="2s",
         warmup="500ms",
         slo=["latency<=20ms"],
+        max_in_flight=2,
         out=str(tmp_path / "r"),
     )
+    assert res.summary["generator"]["cap_bound"] > 0  # so the capped column matters below
     back = read_jsonl(tmp_path / "r" / "records.jsonl")
     assert np.array_equal(back.in_window, res.records.in_window)
+    assert np.array_equal(back.capped, res.records.capped)
     w = res.summary["window"]
     info = RunInfo(
         "loadgen",
@@ -152,9 +155,21 @@ def test_saved_data_reproduces_the_summary(loopback: Loopback, tmp_path: Path) -
         res.summary["arrival"],
         (round(w["start_s"] * 1e9), round(w["end_s"] * 1e9)),
         slos=[tailwise.metrics.slo.parse_slo("latency<=20ms")],
+        max_in_flight=2,
+        rows_on_disk=len(back),
     )
     again = summarize(back, info)
-    for key in ("requests", "latency_ms", "service_ms", "rates", "littles_law"):
+    for key in (
+        "requests",
+        "latency_ms",
+        "service_ms",
+        "send_lag_ms",
+        "rates",
+        "littles_law",
+        "generator",
+        "slos",
+        "verdict",
+    ):
         assert again[key] == res.summary[key], key
     hist = merged(read_hlog(tmp_path / "r" / "latency.hlog"))
     assert hist.get_total_count() == int((back.error == 0).sum())

@@ -89,7 +89,7 @@ def test_percentile_objective_treats_failures_as_infinite() -> None:
 
 def test_rate_objectives() -> None:
     r = records([1.0] * 10)
-    rates = {"error_rate": 0.02, "attainment": 0.995, "goodput": 80.0, "throughput": 100.0}
+    rates = {"error_rate": 0.02, "attainment": 0.995, "goodput_rps": 80.0, "throughput_rps": 100.0}
     got = evaluate(
         r,
         [

@@ -27,6 +27,8 @@ from tailwise.clock import Waker, make_waker, now_ns
 from tailwise.loadgen.transport import Transport
 from tailwise.records import BLOCK_ROWS, RecordBlock, error_code
 
+MAX_SENDS_PER_TICK = 256
+
 
 class Engine:
     """Shared bookkeeping: blocks of records, completion log, in-flight count, stop."""
@@ -138,6 +140,7 @@ class OpenLoop(Engine):
         send = self.transport.send
         assert block is not None
         now = now_ns() - t0
+        budget = MAX_SENDS_PER_TICK
         while True:
             if j >= len(due):
                 if not self._next_block():
@@ -160,9 +163,29 @@ class OpenLoop(Engine):
                 block.capped[j] = 1
                 self.cap_queue.append((block, j))
             j += 1
+            budget -= 1
+            if budget == 0:  # behind schedule: let responses, timers and signals in
+                self._j = j
+                asyncio.get_running_loop().call_soon(self._tick)
+                return
         self._j = j
         assert self._waker is not None
         self._waker.arm(t0 + due[j])
+
+    def _close_plan(self, now_rel: int) -> None:
+        code = error_code("not_sent:interrupted")
+        while self._block is not None:
+            block, due, j = self._block, self._due, self._j
+            while j < len(due) and due[j] <= now_rel:
+                block.done_ns[j] = now_rel
+                block.error[j] = code
+                self.completed.append(block.base + j)
+                j += 1
+            if j < len(due):
+                block.rows = j
+                return
+            if not self._next_block():
+                return
 
     def _finish(self) -> None:
         self.finished_sending.set()
@@ -173,9 +196,10 @@ class OpenLoop(Engine):
             self._waker = None
 
     def stop(self) -> None:
-        """Interrupted: rows not yet due are dropped from the plan (they were never due)."""
+        """Interrupted: rows already due but not sent become ``not_sent:interrupted``;
+        rows not yet due are dropped from the plan (they were never due)."""
         if self._block is not None and not self.finished_sending.is_set():
-            self._block.rows = self._j
+            self._close_plan(now_ns() - self.t0)
         super().stop()
         if self._waker is not None:
             self._waker.close()
@@ -204,18 +228,27 @@ class ClosedLoop(Engine):
         self._block: RecordBlock | None = None
         self._thinking = 0
 
-    def _new_row(self) -> tuple[RecordBlock, int] | None:
+    def _more(self, t_rel: int) -> bool:
+        """Whether the run still issues requests at run time ``t_rel``."""
         if self.max_count is not None and self._issued >= self.max_count:
-            return None
+            return False
+        return self.horizon_ns is None or t_rel < self.horizon_ns
+
+    def _allocate(self) -> None:
+        block = RecordBlock(self._issued, BLOCK_ROWS)
+        block.rows = 0
+        self.blocks.append(block)
+        self._block = block
+
+    def _new_row(self) -> tuple[RecordBlock, int] | None:
         t = now_ns() - self.t0
-        if self.horizon_ns is not None and t >= self.horizon_ns:
+        if not self._more(t):
             return None
         block = self._block
         if block is None or self._issued - block.base >= BLOCK_ROWS:
-            block = RecordBlock(self._issued, BLOCK_ROWS)
-            block.rows = 0
-            self.blocks.append(block)
-            self._block = block
+            self._allocate()
+            block = self._block
+            assert block is not None
         j = self._issued - block.base
         block.rows = j + 1
         block.scheduled_ns[j] = t
@@ -223,6 +256,10 @@ class ClosedLoop(Engine):
         return block, j
 
     def _user_ready(self) -> None:
+        early_ns = self.t0 - now_ns()
+        if early_ns > 0:  # the loop's timers are coarser than the clock: never start before t0
+            asyncio.get_running_loop().call_later(early_ns / 1e9, self._user_ready)
+            return
         self._thinking -= 1
         if self.stopping:
             self._maybe_finish()
@@ -241,6 +278,7 @@ class ClosedLoop(Engine):
 
     def begin(self, t0_ns: int) -> None:
         self.t0 = t0_ns
+        self._allocate()  # 65k rows of arrays: not on the clock
         loop = asyncio.get_running_loop()
         for _ in range(self.concurrency):
             self._thinking += 1
@@ -249,6 +287,10 @@ class ClosedLoop(Engine):
     def on_done(self, block: RecordBlock, j: int) -> None:
         self.in_flight -= 1
         self.completed.append(block.base + j)
+        if self.stopping or not self._more(now_ns() - self.t0 + self.think_ns):
+            self.finished_sending.set()  # this user is done: no think time past the end
+            self._maybe_finish()
+            return
         self._thinking += 1
         loop = asyncio.get_running_loop()
         if self.think_ns:

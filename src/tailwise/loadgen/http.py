@@ -12,9 +12,13 @@ Total timeouts: each busy connection carries its deadline; a sweep every
 its deadline) at a cost proportional to connections, not to requests.
 
 Failure mapping (see :mod:`tailwise.errors`): a connection that cannot be
-opened -> ``connect`` (or ``tls``); closed or reset before the response ends
--> ``reset``; unparsable response -> ``protocol``; no complete response within
-the total timeout -> ``timeout``; 4xx/5xx statuses -> ``http_4xx``/``http_5xx``.
+opened or is closed before use, including a connect timeout -> ``connect`` (or
+``tls``); closed or reset before the response ends -> ``reset``; unparsable
+response -> ``protocol``; no complete response within the total timeout, while
+on the wire or still waiting for a connection -> ``timeout``; 4xx/5xx statuses
+-> ``http_4xx``/``http_5xx``. Interim 1xx responses (100 Continue, 103 Early
+Hints) are skipped; a body delimited by the connection closing (no length, not
+chunked) completes at the close.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from tailwise.records import RecordBlock, error_code
 
 _OK, _4XX, _5XX = error_code(""), error_code("http_4xx"), error_code("http_5xx")
 _RESET, _PROTOCOL, _TIMEOUT = error_code("reset"), error_code("protocol"), error_code("timeout")
+_CONNECT = error_code("connect")
 SWEEP_S = 0.01
 MAX_CONNECTING = 32  # connection attempts in progress per target; more only feeds a storm
 
@@ -51,7 +56,9 @@ class _Conn(asyncio.Protocol):
         "block",
         "closed",
         "deadline",
+        "delimited",
         "first",
+        "headers_done",
         "j",
         "nbytes",
         "parser",
@@ -71,6 +78,8 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.deadline = 0  # run-relative ns
         self.t_last = 0  # run-relative ns of the latest chunk
+        self.delimited = False  # the current response has a length or is chunked
+        self.headers_done = False
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -92,6 +101,18 @@ class _Conn(asyncio.Protocol):
             self.fail(_PROTOCOL)
             self.transport.abort()
 
+    def on_message_begin(self) -> None:
+        self.delimited = False
+        self.headers_done = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # Only to tell a close-delimited body from a truncated one: two name lengths.
+        if len(name) in (14, 17) and name.lower() in (b"content-length", b"transfer-encoding"):
+            self.delimited = True
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+
     def on_message_complete(self) -> None:
         block = self.block
         if block is None:
@@ -99,6 +120,8 @@ class _Conn(asyncio.Protocol):
         j = self.j
         parser = self.parser
         status = parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            return  # an interim response; the final one follows on this connection
         block.done_ns[j] = self.t_last
         block.status[j] = status
         if status >= 400:
@@ -128,6 +151,17 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        block = self.block
+        if block is not None and exc is None and self.headers_done and not self.delimited:
+            # HTTP/1.1 allows a body that ends when the server closes: complete it.
+            status = self.parser.get_status_code()
+            self.block = None
+            block.done_ns[self.j] = now_ns() - self.pool.t0
+            block.status[self.j] = status
+            if status >= 400:
+                block.error[self.j] = _5XX if status >= 500 else _4XX
+            block.bytes_in[self.j] = self.nbytes
+            self.pool.on_done(block, self.j)
         self.fail(_RESET)
         self.pool.discard(self)
 
@@ -216,17 +250,17 @@ class _Pool:
             _, conn = await self._open()
         except (OSError, TimeoutError, ssl.SSLError, ValueError) as exc:
             self.connecting -= 1
-            if self.waiting:
-                block, j = self.waiting.popleft()
-                block.done_ns[j] = now_ns() - self.t0
-                block.error[j] = error_code(error_kind(exc))
-                self.on_done(block, j)
-                self._grow()
+            # A connect timeout is a connect failure, not a request timeout.
+            self._fail_one_waiting(
+                _CONNECT if isinstance(exc, TimeoutError) else error_code(error_kind(exc))
+            )
             return
         self.connecting -= 1
-        if self.owner.closing or conn.closed:  # closed between connect and use
+        if self.owner.closing:
             conn.transport.abort()
-            self._grow()
+            return
+        if conn.closed:  # accepted, then closed before any request: unusable
+            self._fail_one_waiting(_CONNECT)
             return
         self.all.add(conn)
         if self.waiting:
@@ -234,6 +268,15 @@ class _Pool:
         else:
             self.idle.append(conn)
         self._grow()
+
+    def _fail_one_waiting(self, code: int) -> None:
+        """One connection attempt failed: the oldest waiting request fails with ``code``."""
+        if self.waiting:
+            block, j = self.waiting.popleft()
+            block.done_ns[j] = now_ns() - self.t0
+            block.error[j] = code
+            self.on_done(block, j)
+            self._grow()
 
     def discard(self, conn: _Conn) -> None:
         self.all.discard(conn)
@@ -255,6 +298,13 @@ class _Pool:
         await asyncio.gather(*(one() for _ in range(n)))
 
     def sweep(self, now_rel_ns: int) -> None:
+        """Fail overdue requests: waiting for a connection (in send order) or on the wire."""
+        waiting, timeout = self.waiting, self.timeout_ns
+        while waiting and waiting[0][0].sent_ns[waiting[0][1]] + timeout <= now_rel_ns:
+            block, j = waiting.popleft()
+            block.done_ns[j] = now_rel_ns
+            block.error[j] = _TIMEOUT
+            self.on_done(block, j)
         for conn in list(self.all):
             if conn.block is not None and conn.deadline <= now_rel_ns:
                 conn.fail(_TIMEOUT)

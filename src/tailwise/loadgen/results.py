@@ -48,6 +48,7 @@ class RecordSink:
                 str(window_ns[1]),
             ],
             stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             start_new_session=True,  # Ctrl-C in the terminal must not kill the writer
         )
         self._pipe: asyncio.WriteTransport | None = None
@@ -82,11 +83,21 @@ class RecordSink:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._lost, 30)
 
-    def wait(self) -> None:
+    def wait(self) -> int | None:
+        """Wait for the writer; the number of rows it wrote, or None if it failed."""
+        self.proc.stdin = None  # owned and closed by the loop's pipe transport
         try:
-            self.proc.wait(timeout=60)
+            self.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            return None
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read().decode()  # one short line: no pipe-full deadlock
+        self.proc.stdout.close()
+        try:
+            return int(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return None
 
 
 def pack_rows(blocks: list[RecordBlock], seqs: list[int], worker: int) -> bytes:
@@ -106,7 +117,8 @@ def pack_rows(blocks: list[RecordBlock], seqs: list[int], worker: int) -> bytes:
                 m[:, i] = worker
             else:
                 m[:, i] = np.frombuffer(getattr(blk, col), dtype=np.int64)[local]
-        m[:, -1] = np.frombuffer(blk.error, dtype=np.int8)[local]
+        m[:, -2] = np.frombuffer(blk.error, dtype=np.int16)[local]
+        m[:, -1] = np.frombuffer(blk.capped, dtype=np.int8)[local]
         parts.append(m)
         if blk.chunk_times:
             any_chunks = True
@@ -153,7 +165,7 @@ class Progress:
             for b in np.unique(arr >> _BLOCK_SHIFT).tolist():
                 blk = e.blocks[b]
                 loc = arr[(arr >> _BLOCK_SHIFT) == b] - blk.base
-                err = np.frombuffer(blk.error, dtype=np.int8)[loc]
+                err = np.frombuffer(blk.error, dtype=np.int16)[loc]
                 d = np.frombuffer(blk.done_ns, dtype=np.int64)[loc]
                 s = np.frombuffer(blk.scheduled_ns, dtype=np.int64)[loc]
                 self._errors += int((err != 0).sum())

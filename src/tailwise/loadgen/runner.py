@@ -19,14 +19,14 @@ import resource
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tailwise.arrivals import Schedule, expected_count, parse_schedule, stage_span_ns
+from tailwise.arrivals import Schedule, expected_count, parse_schedule
 from tailwise.clock import now_ns
 from tailwise.errors import BadInput
 from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
@@ -157,7 +157,9 @@ def prepare(o: RunOptions) -> Prepared:
     slos = [parse_slo(s, attain) for s in o.slo]
     for s in slos:
         if s.needs_llm:
-            raise BadInput("--slo", s.spec, "a metric an HTTP run measures (latency, service)")
+            raise BadInput(
+                "--slo", s.spec, "a metric an HTTP run measures (latency, e2e, service, send_lag)"
+            )
     if not slos:
         slos = [SLO("error_rate<=1%", "rate", "error_rate", 0.01, stat="error_rate", implicit=True)]
     concurrency = parse_count(str(o.concurrency), "--concurrency") if o.concurrency else None
@@ -166,10 +168,8 @@ def prepare(o: RunOptions) -> Prepared:
         schedule = parse_schedule(
             o.arrival, o.rate, seed=o.seed, horizon_ns=horizon_ns, max_count=max_count
         )
-        span = stage_span_ns(schedule)
-        if span is not None and horizon_ns is None:
-            horizon_ns = span
-            schedule = Schedule(schedule.process, schedule.profile, None, o.seed, span, max_count)
+        if horizon_ns is None:
+            horizon_ns = schedule.horizon_ns  # stages bound the run themselves
     elif o.rate is not None:
         raise BadInput(
             "--rate", o.rate, "no rate with --concurrency (closed loop sets its own pace)"
@@ -233,7 +233,9 @@ def _engine(p: Prepared, transport: Transport) -> Engine:
 
 
 def _window_end(p: Prepared, engine: Engine) -> int:
-    if p.horizon_ns is not None:
+    n = sum(b.rows for b in engine.blocks)
+    count_ran_out = p.max_count is not None and n >= p.max_count
+    if p.horizon_ns is not None and not count_ran_out:
         return p.horizon_ns
     # Count-bounded: the window closes one mean gap after the last intended instant.
     last = max(
@@ -244,8 +246,56 @@ def _window_end(p: Prepared, engine: Engine) -> int:
         ),
         default=0,
     )
-    n = sum(b.rows for b in engine.blocks)
-    return last + (last // max(n - 1, 1) if n > 1 else 1)
+    end = last + (last // max(n - 1, 1) if n > 1 else 1)
+    return min(end, p.horizon_ns) if p.horizon_ns is not None else end
+
+
+@dataclass
+class Outcome:
+    """How the engine's part of a run ended."""
+
+    engine: Engine
+    interrupted: bool
+    note: str
+    stopped_at_ns: int  # run-relative instant sending stopped (the signal, or the plan's end)
+    t0_unix_s: float  # wall-clock label of the run's time zero
+
+
+def _install_signals(
+    loop: asyncio.AbstractEventLoop, on_signal: Callable[[str], None]
+) -> list[signal.Signals]:
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig.name)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (Python API in a thread): no signal handling
+    return installed
+
+
+async def _drain(
+    engine: Engine, p: Prepared, interrupted: asyncio.Event, hard_stop: asyncio.Event
+) -> None:
+    """After sending: wait for in-flight requests, at most a timeout (or a grace if interrupted)."""
+    idle = asyncio.ensure_future(engine.idle.wait())
+    hard = asyncio.ensure_future(hard_stop.wait())
+    intr = asyncio.ensure_future(interrupted.wait())
+    try:
+        if not interrupted.is_set():
+            await asyncio.wait(
+                [idle, hard, intr],
+                timeout=p.timeout_ns / 1e9 + 1.0,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        if interrupted.is_set() and not engine.idle.is_set() and not hard_stop.is_set():
+            engine.stop()
+            await asyncio.wait(
+                [idle, hard], timeout=p.grace_ns / 1e9, return_when=asyncio.FIRST_COMPLETED
+            )
+    finally:
+        for t in (idle, hard, intr):
+            t.cancel()
 
 
 async def _execute(
@@ -253,68 +303,51 @@ async def _execute(
     transport: Transport,
     sink: RecordSink,
     on_engine: Callable[[Engine], None] | None = None,
-) -> tuple[Engine, bool, str, int]:
+) -> Outcome:
     loop = asyncio.get_running_loop()
     engine = _engine(p, transport)
     if on_engine:
         on_engine(engine)
-    interrupted, note = asyncio.Event(), []
-    hard_stop = asyncio.Event()
+    interrupted, hard_stop = asyncio.Event(), asyncio.Event()
+    note: list[str] = []
+    t0 = 0
 
     def on_signal(name: str) -> None:
         if interrupted.is_set():
-            hard_stop.set()
-        else:
-            note.append(name)
-            interrupted.set()
+            hard_stop.set()  # a second Ctrl-C: cancel in-flight requests now
+            return
+        note.append(f"{name} after {(now_ns() - t0) / 1e9:.1f}s")
+        if not engine.finished_sending.is_set():
+            engine.stop()
+        interrupted.set()
 
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal, sig.name)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
+    installed = _install_signals(loop, on_signal)
     stop_io = asyncio.Event()
     await sink.open()
     await transport.start(engine.on_done)
     t0 = now_ns() + START_LEAD_NS
+    t0_unix = time.time() + START_LEAD_NS / 1e9
     transport.set_origin(t0)
     engine.begin(t0)
     tasks = [loop.create_task(pump(engine, sink, stop_io))]
     show = p.opts.progress if p.opts.progress is not None else sys.stderr.isatty()
     if show:
-        total = (p.horizon_ns or 0) / 1e9 or None
-        tasks.append(loop.create_task(Progress(engine, total).run(stop_io)))
-    waits = [loop.create_task(engine.finished_sending.wait()), loop.create_task(interrupted.wait())]
-    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    stopped_at = now_ns() - t0
-    if interrupted.is_set():
-        engine.stop()
-    grace_ns = p.grace_ns if interrupted.is_set() else p.timeout_ns + 1_000_000_000
-    drain = [
-        loop.create_task(engine.idle.wait()),
-        loop.create_task(hard_stop.wait()),
-        loop.create_task(interrupted.wait()) if not interrupted.is_set() else None,
-    ]
-    live = [t for t in drain if t is not None]
-    _done, _ = await asyncio.wait(live, timeout=grace_ns / 1e9, return_when=asyncio.FIRST_COMPLETED)
-    if interrupted.is_set() and not engine.idle.is_set() and not hard_stop.is_set():
-        engine.stop()  # interrupted while draining: a short grace, then cancel
-        await asyncio.wait(
-            [live[0], live[1]], timeout=p.grace_ns / 1e9, return_when=asyncio.FIRST_COMPLETED
+        tasks.append(
+            loop.create_task(Progress(engine, (p.horizon_ns or 0) / 1e9 or None).run(stop_io))
         )
+    sending = asyncio.ensure_future(engine.finished_sending.wait())
+    await asyncio.wait([sending], return_when=asyncio.FIRST_COMPLETED)
+    stopped_at = now_ns() - t0
+    await _drain(engine, p, interrupted, hard_stop)
     engine.end("not_sent:interrupted" if interrupted.is_set() else "not_sent:ended")
-    for t in waits + live:
-        t.cancel()
+    _finalize_lost(engine)  # before the last flush, so lost rows reach the file too
     stop_io.set()
     await asyncio.gather(*tasks)
     await transport.close()
     await sink.close()
     for sig in installed:
         loop.remove_signal_handler(sig)
-    why = f"{note[0]} after {stopped_at / 1e9:.1f}s" if note else ""
-    return engine, interrupted.is_set(), why, stopped_at
+    return Outcome(engine, interrupted.is_set(), note[0] if note else "", stopped_at, t0_unix)
 
 
 def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
@@ -336,6 +369,7 @@ def _finalize_lost(engine: Engine) -> int:
         for j in np.flatnonzero(done < 0).tolist():
             b.error[j] = code
             b.done_ns[j] = b.scheduled_ns[j]
+            engine.completed.append(b.base + j)
             lost += 1
     return lost
 
@@ -354,6 +388,36 @@ def _preconnect(p: Prepared) -> int:
     return int(min(p.max_in_flight, max(4, min(256, per_target))))
 
 
+def _run_engine(p: Prepared, tr: Transport, sink: RecordSink) -> Outcome:
+    # The hot path makes no reference cycles; pausing the cyclic collector removes
+    # its occasional multi-millisecond pauses from the send schedule.
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+            return runner.run(_execute(p, tr, sink))
+    finally:
+        gc.unfreeze()
+        if gc_was_enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """While outputs are written, Ctrl-C must not leave a half-written run behind."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def execute(p: Prepared, directory: Path, transport: Transport | None = None) -> RunResult:
     started_unix = time.time()
     tr = transport or HttpTransport(
@@ -365,26 +429,21 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
         preconnect=_preconnect(p),
     )
     (directory / "run.json").write_text(json.dumps(_run_json(p, started_unix), indent=2) + "\n")
-    # The hot path makes no reference cycles; pausing the cyclic collector removes
-    # its occasional multi-millisecond pauses from the send schedule.
     provisional = p.horizon_ns if p.horizon_ns is not None else 2**62
     sink = RecordSink(directory / "records.jsonl", (p.warmup_ns, provisional))
-    gc_was_enabled = gc.isenabled()
-    gc.collect()
-    gc.freeze()
-    gc.disable()
     try:
-        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
-            engine, interrupted, note, stopped_at = runner.run(_execute(p, tr, sink))
+        out = _run_engine(p, tr, sink)
     finally:
-        sink.wait()
-        gc.unfreeze()
-        if gc_was_enabled:
-            gc.enable()
-    _finalize_lost(engine)
+        rows_on_disk = sink.wait()
+    with _no_interrupts():
+        return _conclude(p, out, directory, rows_on_disk)
+
+
+def _conclude(p: Prepared, out: Outcome, directory: Path, rows_on_disk: int | None) -> RunResult:
+    engine = out.engine
     end_ns = _window_end(p, engine)
-    if interrupted:
-        end_ns = min(end_ns, max(stopped_at, p.warmup_ns + 1))
+    if out.interrupted:
+        end_ns = min(end_ns, max(out.stopped_at_ns, p.warmup_ns + 1))
     records = Records.from_blocks(engine.blocks, 0, (p.warmup_ns, end_ns))
     info = RunInfo(
         source="loadgen",
@@ -398,11 +457,12 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
         max_send_lag_ns=p.max_send_lag_ns,
         max_in_flight=p.max_in_flight if p.concurrency is None else None,
         concurrency=p.concurrency,
-        interrupted=interrupted,
-        interrupt_note=note,
+        interrupted=out.interrupted,
+        interrupt_note=out.note,
+        rows_on_disk=rows_on_disk,
     )
     summary = summarize(records, info)
-    _write_outputs(directory, records, summary, started_unix, (p.warmup_ns, end_ns))
+    _write_outputs(directory, records, summary, out.t0_unix_s, (p.warmup_ns, end_ns))
     return RunResult(summary, records, directory)
 
 
@@ -410,7 +470,7 @@ def _write_outputs(
     directory: Path,
     records: Records,
     summary: dict[str, Any],
-    started_unix: float,
+    t0_unix_s: float,
     window: tuple[int, int],
 ) -> None:
     (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -419,10 +479,10 @@ def _write_outputs(
     write_hlog(
         directory / "latency.hlog",
         interval_histograms(records.done_ns[ok], lat[ok]),
-        started_unix,
+        t0_unix_s,
         comments=[
             f"[tailwise: latency from intended send time, ns; window {window[0] / 1e9:.3f}s"
-            f"-{window[1] / 1e9:.3f}s; intervals by completion time]"
+            f"-{window[1] / 1e9:.3f}s; warm-up intervals included; intervals by completion time]"
         ],
     )
 
@@ -430,6 +490,8 @@ def _write_outputs(
 def _run_json(p: Prepared, started_unix: float) -> dict[str, Any]:
     opts = asdict(p.opts)
     opts.pop("header", None)  # header values may carry credentials: never written
+    if opts.get("body") and not str(opts["body"]).startswith("@"):
+        opts["body"] = f"<{len(str(opts['body']).encode())} bytes, not saved>"
     opts["urls"] = [t.url for t in p.targets]
     return {
         "started_utc": dt.datetime.fromtimestamp(started_unix, dt.UTC).isoformat(),

@@ -10,7 +10,7 @@ dies, this one reads end-of-file, flushes what it has and exits.
 Frame layout (little-endian)::
 
     b"TWF1" | uint32 rows | uint32 chunk_values | uint32 kinds_bytes
-    | kinds JSON (the error-kind table) | int64[rows, 15] (INT_COLUMNS + error code)
+    | kinds JSON (the error-kind table) | int64[rows, 16] (INT_COLUMNS, error code, capped)
     | int64[rows] chunk counts | int64[chunk_values] chunk offsets
 """
 
@@ -31,7 +31,7 @@ from tailwise.records import ERROR_KINDS, INT_COLUMNS, format_rows
 
 MAGIC = b"TWF1"
 HEADER = struct.Struct("<4sIII")
-WIDTH = len(INT_COLUMNS) + 1  # the int columns, then the error code
+WIDTH = len(INT_COLUMNS) + 2  # the int columns, then the error code and the capped flag
 
 
 def pack(matrix: np.ndarray, chunks: list[list[int] | None] | None) -> bytes:
@@ -73,7 +73,8 @@ def _format(
     window: tuple[int, int],
 ) -> str:
     cols = {c: frame_rows[:, i] for i, c in enumerate(INT_COLUMNS)}
-    codes = frame_rows[:, -1].tolist()
+    codes = frame_rows[:, -2].tolist()
+    capped = frame_rows[:, -1].tolist()
     ends = np.cumsum(counts)
     chunks: list[object] = [
         None if n == 0 else values[e - n : e].tolist()
@@ -82,7 +83,7 @@ def _format(
     sched = cols["scheduled_ns"]
     in_window = ((sched >= window[0]) & (sched < window[1])).tolist()
     ERROR_KINDS[:] = kinds  # the engine's table, which may have grown during the run
-    return format_rows(cols, codes, chunks, in_window)
+    return format_rows(cols, codes, chunks, in_window, capped)
 
 
 def serve(stream: BinaryIO, out: Path, window: tuple[int, int]) -> int:
@@ -118,7 +119,8 @@ def main() -> None:
         os.nice(19)
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     out, start, end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    serve(sys.stdin.buffer, Path(out), (start, end))
+    rows = serve(sys.stdin.buffer, Path(out), (start, end))
+    print(rows, flush=True)  # the engine compares this with the rows it sent
 
 
 if __name__ == "__main__":

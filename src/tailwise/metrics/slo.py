@@ -38,6 +38,12 @@ SLO_FORM = (
 _DEADLINE = re.compile(r"^\s*([a-z_]+)\s*<=\s*([^@]+?)\s*(?:@\s*(.+))?$")
 _OBJECTIVE = re.compile(r"^\s*(p[0-9.]+|mean|max)\s*\(\s*([a-z_]+)\s*\)\s*<=\s*(.+?)\s*$")
 _RATE = re.compile(r"^\s*(error_rate|attainment|goodput|throughput)\s*(<=|>=)\s*(.+?)\s*$")
+_RATE_KEYS = {
+    "error_rate": "error_rate",
+    "attainment": "attainment",
+    "goodput": "goodput_rps",
+    "throughput": "throughput_rps",
+}
 _RATE_DIRECTION = {"error_rate": "<=", "attainment": ">=", "goodput": ">=", "throughput": ">="}
 
 
@@ -130,7 +136,7 @@ def evaluate(
             if not finite:
                 entry["note"] = "unbounded: failed or unsent requests reach this statistic"
         else:
-            value = rates[s.stat]
+            value = rates[_RATE_KEYS[s.stat]]
             ok = value <= s.threshold if s.stat == "error_rate" else value >= s.threshold
             entry.update(value=value, passed=n_window > 0 and ok)
         out.append(entry)

@@ -46,6 +46,7 @@ class RunInfo:
     concurrency: int | None = None
     interrupted: bool = False
     interrupt_note: str = ""
+    rows_on_disk: int | None = None  # rows the records writer reported, when there is one
     llm: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -135,11 +136,27 @@ def _llm_sections(r: Records, window_ok: np.ndarray, t_s: float) -> dict[str, An
     }
 
 
+def _check_accounting(r: Records, info: RunInfo, requests: dict[str, Any]) -> None:
+    """``accounted``: the identity holds, no row was left open, and every row reached disk."""
+    lost = int(requests["errors"].get("lost", 0) + requests["warmup"]["errors"].get("lost", 0))
+    on_disk_ok = info.rows_on_disk is None or info.rows_on_disk == len(r)
+    requests["accounted"] = bool(
+        requests["accounted"] and requests["warmup"]["accounted"] and lost == 0 and on_disk_ok
+    )
+    requests["records_on_disk"] = info.rows_on_disk
+    if not on_disk_ok:
+        requests["accounting_note"] = f"{len(r)} rows measured, {info.rows_on_disk} on disk"
+    elif lost:
+        requests["accounting_note"] = f"{lost} requests were never closed by the engine"
+
+
 def _verdict(
     info: RunInfo, requests: dict[str, Any], gen: dict[str, Any], slos: list[dict[str, Any]]
 ) -> tuple[str, str]:
     if info.interrupted:
         return "invalid", f"interrupted{': ' + info.interrupt_note if info.interrupt_note else ''}"
+    if not requests["accounted"]:
+        return "invalid", "accounting mismatch: " + requests.get("accounting_note", "")
     if requests["scheduled"] == 0:
         return "invalid", "no request was scheduled inside the measurement window"
     if gen["saturated"]:
@@ -159,6 +176,7 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
     rates = _rates(r, info, good)
     requests = _counts(r, window)
     requests["warmup"] = _counts(r, ~window)
+    _check_accounting(r, info, requests)
     gen = _generator(r, info, rates)
     slos = evaluate(r, info.slos, rates, window)
     verdict, reason = _verdict(info, requests, gen, slos)

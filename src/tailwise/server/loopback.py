@@ -13,8 +13,11 @@ started), with service time ``s`` drawn from ``--service``:
 So with ``--service 5ms --stall 1s/10s`` at a steady rate, the latency of a
 request arriving ``x`` seconds into a stall is ``1 s - x + 5 ms``: the seed's
 coordinated-omission exercise. A JSON body may steer one request:
-``{"action": "reset" | "hang" | "close"}``, ``{"status": 503}``,
-``{"delay_ms": 20}``, which the accounting tests use.
+``{"action": "reset" | "hang" | "close" | "early_hints" | "eof_body" | "truncate"}``,
+``{"status": 503}``, ``{"delay_ms": 20}``, which the accounting tests use
+(``early_hints`` sends a 103 at once and the answer when due; ``eof_body``
+answers with a body delimited by closing the connection; ``truncate``
+promises 100 bytes, sends 2 and closes).
 
 Run: ``python -m tailwise.server.loopback --port 0`` prints ``listening on URL``.
 It binds 127.0.0.1 and exits after ``--lifetime`` (default 10 minutes).
@@ -144,18 +147,29 @@ class _Http(asyncio.Protocol):
             return
         status = int(steer.get("status", 404 if url.startswith(b"/missing") else 200))
         due = srv.finish_at(arrival, float(steer.get("delay_ms", 0.0)) / 1e3)
+        if action == "early_hints":
+            self.transport.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
         loop = asyncio.get_running_loop()
         loop.call_at(
             loop.time() + max(due - (time.monotonic() - srv.epoch), 0.0),
             self.respond,
             status,
-            action == "close",
+            action if isinstance(action, str) else "",
         )
 
-    def respond(self, status: int, close: bool) -> None:
+    def respond(self, status: int, action: str) -> None:
         if self.transport.is_closing():
             return
         self.server.served += 1
+        if action == "eof_body":  # no length, not chunked: the body ends at the close
+            self.transport.write(b'HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{"ok":true}')
+            self.transport.close()
+            return
+        if action == "truncate":  # promises 100 bytes, sends 2
+            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}")
+            self.transport.close()
+            return
+        close = action == "close"
         payload = b'{"ok":true}' if status < 400 else b'{"error":"steered"}'
         head = (
             f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\n"

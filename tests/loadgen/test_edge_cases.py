@@ -1,0 +1,204 @@
+"""Regression tests for edge cases found in review: each asserts the honest outcome."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tailwise
+from tailwise.errors import BadInput
+from tailwise.loadgen.runner import RunOptions, execute, prepare
+from tailwise.loadgen.transport import FakeTransport
+
+Loopback = Callable[..., str]
+MS = 1_000_000
+
+
+def steered(tmp_path: Path, *bodies: dict[str, object]) -> str:
+    path = tmp_path / "bodies.jsonl"
+    path.write_text("\n".join(json.dumps(b) for b in bodies) + "\n")
+    return str(path)
+
+
+def test_interim_1xx_is_not_the_answer(loopback: Loopback, tmp_path: Path) -> None:
+    url = loopback("--service", "1ms") + "/x"
+    bodies = steered(tmp_path, {"action": "early_hints", "delay_ms": 100})
+    res = tailwise.run(url, rate="20/s", requests=10, bodies=bodies, out=str(tmp_path / "r"))
+    r = res.records
+    assert res.summary["requests"]["ok"] == 10
+    assert set(r.status.tolist()) == {200}
+    assert (r.done_ns - r.sent_ns).min() >= 95 * MS  # completed by the 200, not the 103
+
+
+def test_close_delimited_body_is_ok_and_truncation_is_not(
+    loopback: Loopback, tmp_path: Path
+) -> None:
+    url = loopback("--service", "1ms") + "/x"
+    bodies = steered(tmp_path, {"action": "eof_body"}, {"action": "truncate"})
+    res = tailwise.run(url, rate="50/s", requests=20, bodies=bodies, out=str(tmp_path / "r"))
+    assert res.records.error_kinds == ["", "reset"] * 10
+    assert res.records.bytes_in[0] > 0
+
+
+@pytest.fixture
+def unaccepting_port() -> Iterator[int]:
+    """A listener that never accepts: once its tiny backlog fills, connects hang."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(0)
+    yield s.getsockname()[1]
+    s.close()
+
+
+def test_requests_waiting_for_a_connection_time_out(unaccepting_port: int, tmp_path: Path) -> None:
+    res = tailwise.run(
+        f"http://127.0.0.1:{unaccepting_port}/x",
+        rate="50/s",
+        duration="1s",
+        timeout="300ms",
+        connect_timeout="5s",
+        out=str(tmp_path / "r"),
+    )
+    s = res.summary
+    assert s["requests"]["accounted"]
+    assert set(s["requests"]["errors"]) == {"timeout"}  # none left to be "cancelled" at the end
+    late = (res.records.done_ns - res.records.sent_ns) / 1e6
+    assert late.max() < 300 + 50  # failed at the deadline (10 ms sweep), not at the end
+
+
+def test_connect_timeout_is_a_connect_error(unaccepting_port: int, tmp_path: Path) -> None:
+    res = tailwise.run(
+        f"http://127.0.0.1:{unaccepting_port}/x",
+        rate="50/s",
+        duration="1s",
+        timeout="3s",
+        connect_timeout="200ms",
+        out=str(tmp_path / "r"),
+    )
+    errors = res.summary["requests"]["errors"]
+    assert set(errors) <= {"connect", "timeout", "cancelled"}
+    assert errors.get("connect", 0) >= 0.8 * res.summary["requests"]["scheduled"]
+
+
+def fake(tmp_path: Path, latency_ms: float, **kw: object) -> tailwise.loadgen.runner.RunResult:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    opts = RunOptions(urls=["http://127.0.0.1:9/x"], **kw)  # type: ignore[arg-type]
+    law = lambda seq: (int(latency_ms * MS), 200, "")  # noqa: E731
+    return execute(prepare(opts), tmp_path, transport=FakeTransport(law))
+
+
+def interrupt_after(seconds: float) -> threading.Timer:
+    t = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    t.start()
+    return t
+
+
+def test_interrupt_accounts_for_every_due_request(tmp_path: Path) -> None:
+    """Offered far beyond what the pacer can send: interrupted, the whole due plan is counted."""
+    interrupt_after(0.6)
+    res = fake(tmp_path, 1.0, rate="200000/s", arrival="constant", duration="10s", grace="200ms")
+    s = res.summary
+    assert s["interrupted"] and s["verdict"] == "invalid"
+    assert s["requests"]["accounted"]
+    # every request due before the interrupt is in the books: the offered rate is the plan's
+    assert s["rates"]["offered_rps"] == pytest.approx(200_000, rel=0.02)
+    assert s["requests"]["errors"].get("not_sent:interrupted", 0) > 0
+    stopped_s = float(s["verdict_reason"].split(" after ")[1].rstrip("s"))
+    assert stopped_s == pytest.approx(s["window"]["end_s"], abs=0.15)
+
+
+def test_closed_loop_never_starts_before_time_zero(tmp_path: Path) -> None:
+    for k in range(5):
+        res = fake(tmp_path / str(k), 2.0, concurrency=8, duration="200ms")
+        assert res.records.scheduled_ns.min() >= 0
+        assert res.summary["requests"]["warmup"]["scheduled"] == 0
+
+
+def test_closed_loop_think_time_does_not_outlive_the_run(tmp_path: Path) -> None:
+    t = time.monotonic()
+    res = fake(tmp_path, 5.0, concurrency=4, duration="500ms", think="3s")
+    assert time.monotonic() - t < 2.5  # not 0.5 s + 3 s of idle thinking
+    assert res.summary["requests"]["scheduled"] == 4
+
+
+def test_count_bound_run_is_not_diluted_by_the_duration(tmp_path: Path) -> None:
+    res = fake(tmp_path, 1.0, rate="100/s", arrival="constant", requests=100, duration="4s")
+    assert res.summary["rates"]["offered_rps"] == pytest.approx(100.0, rel=0.02)
+    assert res.summary["window"]["duration_s"] == pytest.approx(1.0, rel=0.02)
+
+
+def test_goodput_and_throughput_slos(tmp_path: Path) -> None:
+    res = fake(
+        tmp_path,
+        1.0,
+        rate="100/s",
+        arrival="constant",
+        duration="1s",
+        slo=["goodput>=90/s", "throughput>=500/s"],
+    )
+    assert [e["passed"] for e in res.summary["slos"]] == [True, False]
+    assert res.summary["slos"][0]["value"] == pytest.approx(100.0, rel=0.05)
+
+
+def test_stages_bound_the_run_themselves(tmp_path: Path) -> None:
+    res = fake(tmp_path, 1.0, arrival="stages:100/s@500ms,200/s@500ms")
+    assert res.summary["window"]["duration_s"] == pytest.approx(1.0)
+    assert res.summary["requests"]["scheduled"] == 150
+
+
+def test_rate_with_a_self_rated_arrival_is_refused() -> None:
+    with pytest.raises(BadInput, match="--rate"):
+        prepare(RunOptions(urls=["http://127.0.0.1:9/"], rate="5/s", arrival="ramp:1/s-9/s"))
+
+
+def test_a_literal_body_is_not_saved(tmp_path: Path) -> None:
+    fake(tmp_path, 1.0, rate="50/s", requests=5, body='{"api_key":"sk-secret-123"}')
+    saved = (tmp_path / "run.json").read_text()
+    assert "sk-secret-123" not in saved and "bytes, not saved" in saved
+
+
+def test_ctrl_c_while_sending_waits_one_grace(loopback: Loopback, tmp_path: Path) -> None:
+    url = loopback("--service", "1ms") + "/x"
+    bodies = steered(tmp_path, {"action": "hang"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tailwise",
+            "run",
+            url,
+            "--rate",
+            "50/s",
+            "--duration",
+            "30s",
+            "--bodies",
+            bodies,
+            "--grace",
+            "2s",
+            "-q",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
+    time.sleep(1.5)
+    t = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=20) == 3
+    assert time.monotonic() - t < 3.5  # one grace of 2 s (plus writing), not two
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert s["requests"]["accounted"] and s["requests"]["errors"].keys() == {"cancelled"}
+    assert np.isclose(
+        s["requests"]["records_on_disk"],
+        s["requests"]["scheduled"] + s["requests"]["warmup"]["scheduled"],
+    )
