@@ -36,7 +36,7 @@ from tailwise.units import (
     parse_rate_rps,
 )
 
-BLOCK = 65_536
+BLOCK = 8_192
 NS = 1_000_000_000
 I64Array = npt.NDArray[np.int64]
 F64Array = npt.NDArray[np.float64]

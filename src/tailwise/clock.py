@@ -46,7 +46,6 @@ class _Itimerspec(ctypes.Structure):
 
 # Below this, polling the loop (~0.7 us an iteration) is cheaper than arming a kernel timer.
 SPIN_NS = 150_000
-QUANTUM_NS = int(os.environ.get("TW_QUANTUM_NS", "0"))
 
 
 class TimerfdWaker:
@@ -78,7 +77,6 @@ class TimerfdWaker:
         self._callback = callback
         self._at_ns = 0
         self._polling = False
-        self._last_fire = 0
         loop.add_reader(fd, self._on_ready)
 
     def _on_ready(self) -> None:
@@ -86,19 +84,16 @@ class TimerfdWaker:
             os.read(self._fd, 8)
         except BlockingIOError:  # disarmed or re-armed between the wake-up and the read
             return
-        self._last_fire = now_ns()
         self._callback()
 
     def _poll(self) -> None:
         if now_ns() >= self._at_ns:
             self._polling = False
-            self._last_fire = now_ns()
             self._callback()
         else:
             self._loop.call_soon(self._poll)
 
     def arm(self, at_ns: int) -> None:
-        at_ns = max(at_ns, self._last_fire + QUANTUM_NS)
         if at_ns - now_ns() < SPIN_NS:
             self._at_ns = at_ns
             if not self._polling:

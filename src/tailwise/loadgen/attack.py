@@ -111,12 +111,16 @@ class OpenLoop(Engine):
         self._due: list[int] = []
         self._j = 0
         self._next_base = 0
+        self._pending = np.zeros(0, dtype=np.int64)  # schedule offsets not yet in a block
         self._waker: Waker | None = None
 
     def _next_block(self) -> bool:
-        offsets = next(self._source, None)
-        if offsets is None or len(offsets) == 0:
-            return False
+        if len(self._pending) == 0:
+            nxt = next(self._source, None)
+            if nxt is None or len(nxt) == 0:
+                return False
+            self._pending = nxt
+        offsets, self._pending = self._pending[:BLOCK_ROWS], self._pending[BLOCK_ROWS:]
         block = RecordBlock(self._next_base, len(offsets))
         np.frombuffer(block.scheduled_ns, dtype=np.int64)[:] = offsets
         self._next_base += len(offsets)

@@ -45,6 +45,22 @@ SWEEP_S = 0.01
 MAX_CONNECTING = 32  # connection attempts in progress per target; more only feeds a storm
 
 
+def _ends_at_close(head: bytes | None) -> bool:
+    """Whether a response whose first chunk is ``head`` has a body delimited by the close.
+
+    Looked at only when a connection closes mid-response (rare), so the common path
+    pays nothing for it: no header callbacks. A response with a Content-Length or a
+    chunked encoding that ends early is truncated, not complete.
+    """
+    if head is None:
+        return False
+    end = head.find(b"\r\n\r\n")
+    if end < 0:
+        return False  # headers never completed: truncated
+    headers = head[:end].lower()
+    return b"\ncontent-length:" not in headers and b"\ntransfer-encoding:" not in headers
+
+
 def _noop_done(block: RecordBlock, j: int) -> None:
     raise RuntimeError("transport used before start()")
 
@@ -56,9 +72,8 @@ class _Conn(asyncio.Protocol):
         "block",
         "closed",
         "deadline",
-        "delimited",
         "first",
-        "headers_done",
+        "head",
         "j",
         "nbytes",
         "parser",
@@ -78,8 +93,7 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.deadline = 0  # run-relative ns
         self.t_last = 0  # run-relative ns of the latest chunk
-        self.delimited = False  # the current response has a length or is chunked
-        self.headers_done = False
+        self.head: bytes | None = None  # first chunk of the current response (see connection_lost)
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -94,24 +108,14 @@ class _Conn(asyncio.Protocol):
         if self.first:
             self.first = False
             block.first_byte_ns[self.j] = t
+        if self.head is None:
+            self.head = data
         self.nbytes += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
             self.fail(_PROTOCOL)
             self.transport.abort()
-
-    def on_message_begin(self) -> None:
-        self.delimited = False
-        self.headers_done = False
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        # Only to tell a close-delimited body from a truncated one: two name lengths.
-        if len(name) in (14, 17) and name.lower() in (b"content-length", b"transfer-encoding"):
-            self.delimited = True
-
-    def on_headers_complete(self) -> None:
-        self.headers_done = True
 
     def on_message_complete(self) -> None:
         block = self.block
@@ -121,7 +125,8 @@ class _Conn(asyncio.Protocol):
         parser = self.parser
         status = parser.get_status_code()
         if 100 <= status < 200 and status != 101:
-            return  # an interim response; the final one follows on this connection
+            self.head = None  # an interim response; the final one follows on this connection
+            return
         block.done_ns[j] = self.t_last
         block.status[j] = status
         if status >= 400:
@@ -152,7 +157,7 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         block = self.block
-        if block is not None and exc is None and self.headers_done and not self.delimited:
+        if block is not None and exc is None and _ends_at_close(self.head):
             # HTTP/1.1 allows a body that ends when the server closes: complete it.
             status = self.parser.get_status_code()
             self.block = None
@@ -194,6 +199,7 @@ class _Pool:
             conn.block = block
             conn.j = j
             conn.first = True
+            conn.head = None
             conn.nbytes = 0
             conn.deadline = block.sent_ns[j] + self.timeout_ns
             block.bytes_out[j] = len(payload)

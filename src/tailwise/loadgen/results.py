@@ -21,11 +21,10 @@ from tailwise.clock import now_ns
 from tailwise.loadgen.attack import Engine
 from tailwise.loadgen.writer import WIDTH, pack
 from tailwise.metrics.percentiles import nearest_rank
-from tailwise.records import INT_COLUMNS, RecordBlock
+from tailwise.records import BLOCK_SHIFT, INT_COLUMNS, RecordBlock
 
 SLICE_ROWS = 512
 FLUSH_S = 0.1
-_BLOCK_SHIFT = 16  # RecordBlock bases are multiples of 2**16 (BLOCK_ROWS)
 
 
 class RecordSink:
@@ -106,9 +105,9 @@ def pack_rows(blocks: list[RecordBlock], seqs: list[int], worker: int) -> bytes:
     parts: list[np.ndarray] = []
     chunks: list[list[int] | None] = []
     any_chunks = False
-    for b in np.unique(arr >> _BLOCK_SHIFT).tolist():
+    for b in np.unique(arr >> BLOCK_SHIFT).tolist():
         blk = blocks[b]
-        local = arr[(arr >> _BLOCK_SHIFT) == b] - blk.base
+        local = arr[(arr >> BLOCK_SHIFT) == b] - blk.base
         m = np.empty((len(local), WIDTH), dtype=np.int64)
         for i, col in enumerate(INT_COLUMNS):
             if col == "seq":
@@ -162,9 +161,9 @@ class Progress:
         if new:
             arr = np.asarray(new, dtype=np.int64)
             lat: list[float] = []
-            for b in np.unique(arr >> _BLOCK_SHIFT).tolist():
+            for b in np.unique(arr >> BLOCK_SHIFT).tolist():
                 blk = e.blocks[b]
-                loc = arr[(arr >> _BLOCK_SHIFT) == b] - blk.base
+                loc = arr[(arr >> BLOCK_SHIFT) == b] - blk.base
                 err = np.frombuffer(blk.error, dtype=np.int16)[loc]
                 d = np.frombuffer(blk.done_ns, dtype=np.int64)[loc]
                 s = np.frombuffer(blk.scheduled_ns, dtype=np.int64)[loc]
