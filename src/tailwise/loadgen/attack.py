@@ -70,6 +70,9 @@ class Engine:
         else:
             self._send(block, j)
 
+    def prepare(self) -> None:
+        """Work that must not happen on the clock (first blocks, lazy imports)."""
+
     def begin(self, t0_ns: int) -> None:
         """Start sending, with ``t0_ns`` (monotonic) as the run's time zero."""
         raise NotImplementedError
@@ -112,6 +115,7 @@ class OpenLoop(Engine):
         self._j = 0
         self._next_base = 0
         self._pending = np.zeros(0, dtype=np.int64)  # schedule offsets not yet in a block
+        self._primed = False
         self._waker: Waker | None = None
 
     def _next_block(self) -> bool:
@@ -128,11 +132,16 @@ class OpenLoop(Engine):
         self._block, self._due, self._j = block, offsets.tolist(), 0
         return True
 
+    def prepare(self) -> None:
+        # The first schedule block (and NumPy's lazily imported random module) took
+        # ~100 ms: done here, before the clock starts, instead of in begin().
+        self._primed = self._next_block()
+
     def begin(self, t0_ns: int) -> None:
         self.t0 = t0_ns
         loop = asyncio.get_running_loop()
         self._waker = make_waker(loop, self._tick)
-        if not self._next_block():
+        if not self._primed:
             self._finish()
             return
         self._waker.arm(t0_ns + self._due[0])

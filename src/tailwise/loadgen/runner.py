@@ -324,6 +324,7 @@ async def _execute(
     installed = _install_signals(loop, on_signal)
     stop_io = asyncio.Event()
     await sink.open()
+    engine.prepare()
     await transport.start(engine.on_done)
     t0 = now_ns() + START_LEAD_NS
     t0_unix = time.time() + START_LEAD_NS / 1e9
