@@ -7,7 +7,8 @@ import pytest
 
 from tailwise.errors import BadInput
 from tailwise.metrics.slo import evaluate, good_mask, parse_slo
-from tailwise.records import Records, error_code
+from tailwise.records import Records
+from tests.synthetic import make_records
 
 MS = 1_000_000
 
@@ -15,28 +16,8 @@ MS = 1_000_000
 def records(latencies_ms: list[float], errors: list[str] | None = None) -> Records:
     n = len(latencies_ms)
     sched = np.arange(n, dtype=np.int64) * 10 * MS
-    done = sched + (np.array(latencies_ms) * MS).astype(np.int64)
-    errs = errors or [""] * n
-    z = np.zeros(n, dtype=np.int64)
-    absent = np.full(n, -1, dtype=np.int64)
-    return Records(
-        seq=np.arange(n),
-        parent=absent,
-        worker=z,
-        scheduled_ns=sched,
-        sent_ns=sched,
-        first_byte_ns=done,
-        first_token_ns=absent,
-        done_ns=done,
-        status=z + 200,
-        error=np.array([error_code(e) for e in errs], dtype=np.int8),
-        bytes_out=z,
-        bytes_in=z,
-        input_tokens=absent,
-        output_tokens=absent,
-        replica=absent,
-        in_window=np.ones(n, dtype=bool),
-    )
+    lat = (np.array(latencies_ms) * MS).astype(np.int64)
+    return make_records(sched, lat, errors or [""] * n, (0, 2**62))
 
 
 def test_parse_kinds() -> None:

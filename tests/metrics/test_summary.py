@@ -9,43 +9,13 @@ from tailwise.metrics.littles import littles_law
 from tailwise.metrics.percentiles import distribution_ms, nearest_rank
 from tailwise.metrics.slo import parse_slo
 from tailwise.metrics.summary import SCHEMA, RunInfo, summarize
-from tailwise.records import Records, error_code
+from tests.synthetic import make_records
 
 MS = 1_000_000
 S = 1_000_000_000
 
 
-def make(
-    sched: np.ndarray,
-    lat: np.ndarray,
-    errors: list[str],
-    window: tuple[int, int],
-    lag: np.ndarray | None = None,
-) -> Records:
-    n = len(sched)
-    lag = np.zeros(n, dtype=np.int64) if lag is None else lag
-    z, absent = np.zeros(n, np.int64), np.full(n, -1, np.int64)
-    err = np.array([error_code(e) for e in errors], dtype=np.int8)
-    sent = np.where(np.array([e.startswith("not_sent") for e in errors]), -1, sched + lag)
-    return Records(
-        seq=np.arange(n),
-        parent=absent,
-        worker=z,
-        scheduled_ns=sched,
-        sent_ns=sent,
-        first_byte_ns=sched + lat,
-        first_token_ns=absent,
-        done_ns=sched + lat,
-        status=z + 200,
-        error=err,
-        bytes_out=z,
-        bytes_in=z,
-        input_tokens=absent,
-        output_tokens=absent,
-        replica=absent,
-        in_window=(sched >= window[0]) & (sched < window[1]),
-        capped=np.zeros(n, np.int8),
-    )
+make = make_records
 
 
 def info(window: tuple[int, int], slos: list[str] | None = None) -> RunInfo:
