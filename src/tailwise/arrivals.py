@@ -367,11 +367,6 @@ def expected_count(schedule: Schedule, horizon_s: float) -> float:
     return schedule.profile.total_events(horizon_s)
 
 
-def stage_span_ns(schedule: Schedule) -> int | None:
-    """Total length of a stages profile, which bounds a run by itself."""
-    return round(schedule.profile.span_s * NS) if isinstance(schedule.profile, Stages) else None
-
-
 __all__: Sequence[str] = [
     "BLOCK",
     "Constant",

@@ -74,7 +74,7 @@ def test_requests_waiting_for_a_connection_time_out(unaccepting_port: int, tmp_p
     assert s["requests"]["accounted"]
     assert set(s["requests"]["errors"]) == {"timeout"}  # none left to be "cancelled" at the end
     late = (res.records.done_ns - res.records.sent_ns) / 1e6
-    assert late.max() < 300 + 50  # failed at the deadline (10 ms sweep), not at the end
+    assert late.max() < 300 + 200  # failed at its deadline (10 ms sweep), not at the run's end
 
 
 def test_connect_timeout_is_a_connect_error(unaccepting_port: int, tmp_path: Path) -> None:
@@ -185,7 +185,7 @@ def test_ctrl_c_while_sending_waits_one_grace(loopback: Loopback, tmp_path: Path
             "--bodies",
             bodies,
             "--grace",
-            "2s",
+            "3s",
             "-q",
             "--out",
             str(tmp_path / "r"),
@@ -195,7 +195,7 @@ def test_ctrl_c_while_sending_waits_one_grace(loopback: Loopback, tmp_path: Path
     t = time.monotonic()
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=20) == 3
-    assert time.monotonic() - t < 3.5  # one grace of 2 s (plus writing), not two
+    assert time.monotonic() - t < 5.0  # one grace of 3 s (plus writing), not two (6 s)
     s = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert s["requests"]["accounted"] and s["requests"]["errors"].keys() == {"cancelled"}
     assert np.isclose(

@@ -63,13 +63,6 @@ class Engine:
         block.sent_ns[j] = now_ns() - self.t0
         self.transport.send(block, j)
 
-    def _dispatch(self, block: RecordBlock, j: int) -> None:
-        if self.in_flight >= self.max_in_flight:
-            block.capped[j] = 1
-            self.cap_queue.append((block, j))
-        else:
-            self._send(block, j)
-
     def prepare(self) -> None:
         """Work that must not happen on the clock (first blocks, lazy imports)."""
 
@@ -166,7 +159,7 @@ class OpenLoop(Engine):
                 now = now_ns() - t0
                 if due[j] > now:
                     break
-            # _dispatch and _send, inlined: this line runs once per request.
+            # Dispatch inlined (cap check, stamp, send): this runs once per request.
             if self.in_flight < self.max_in_flight:
                 self.in_flight += 1
                 self.sent += 1

@@ -379,11 +379,6 @@ class HttpTransport:
             pool.sweep(now_rel)
         self._sweeper = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep)
 
-    def in_flight(self) -> int:
-        return sum(
-            len(p.waiting) + sum(1 for c in p.all if c.block is not None) for p in self._pools
-        )
-
     def abort_all(self, kind: str) -> int:
         code = error_code(kind)
         n = 0

@@ -151,7 +151,6 @@ class Progress:
         self.stream = stream
         self._pos = 0
         self._errors = 0
-        self._sent = 0
 
     def line(self) -> str:
         e = self.engine

@@ -32,9 +32,6 @@ class Transport(Protocol):
     def send(self, block: RecordBlock, j: int) -> None:
         """Start sending request ``(block, j)``; ``block.sent_ns[j]`` is already set."""
 
-    def in_flight(self) -> int:
-        """Requests handed to :meth:`send` and not yet completed."""
-
     def abort_all(self, kind: str) -> int:
         """Complete every in-flight request with error ``kind`` now; returns how many."""
 
@@ -72,9 +69,6 @@ class FakeTransport:
         block.error[j] = error_code(kind)
         assert self._on_done is not None
         self._on_done(block, j)
-
-    def in_flight(self) -> int:
-        return len(self._pending)
 
     def abort_all(self, kind: str) -> int:
         items = list(self._pending.items())
