@@ -1,0 +1,139 @@
+"""What each event of an LLM token stream says: text, reasoning, tool calls, usage, end, error.
+
+One function, :func:`classify`, reads the ``data`` of one SSE event in any of
+the shapes servers send:
+
+* OpenAI chat completions (vLLM, SGLang, TGI's Messages API, Ollama's and
+  llama.cpp's ``/v1`` routes): ``choices[0].delta.content``, plus
+  ``reasoning_content`` (or ``reasoning``) and ``tool_calls[].function.arguments``;
+  a role-only or empty delta carries no text; usage arrives in a last chunk
+  with empty ``choices`` when ``stream_options.include_usage`` is set;
+* OpenAI completions: ``choices[0].text``;
+* TGI ``/generate_stream``: ``token.text`` (special tokens are not text),
+  ``details.finish_reason``, ``generated_tokens`` and ``input_length`` at the end;
+* llama.cpp ``/completion``: ``content``, ``stop`` and ``timings``;
+* ``[DONE]``; error events (an ``error`` object or string, or an SSE event of
+  type ``error``); anything that is not JSON is ``malformed``.
+
+Metrics count a *content chunk* (one carrying generated text) as a token
+arrival for TTFT and ITL, as vLLM's serving benchmark does.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+
+class Chunk(NamedTuple):
+    text: str = ""  # generated text in this event
+    reasoning: str = ""
+    tool_args: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    done: bool = False  # the [DONE] marker
+    error: str | None = None  # the server's error message, or "malformed chunk"
+
+
+DONE = Chunk(done=True)
+MALFORMED = "malformed chunk"
+
+
+def classify(data: str, event_type: str = "message") -> Chunk:
+    if data == "[DONE]":
+        return DONE
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return Chunk(error=MALFORMED)
+    if not isinstance(obj, dict):
+        return Chunk(error=MALFORMED)
+    if event_type == "error" or "error" in obj or obj.get("object") == "error":
+        return Chunk(error=_error_message(obj))
+    choices = obj.get("choices")
+    if isinstance(choices, list):
+        return _openai(obj, choices)
+    if isinstance(obj.get("token"), dict):
+        return _tgi(obj)
+    if "content" in obj or "stop" in obj:
+        return _llamacpp(obj)
+    return Chunk()
+
+
+def _error_message(obj: dict[str, Any]) -> str:
+    err = obj.get("error", obj)
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("type") or err)
+    return str(err if err is not None else obj.get("message", "error"))
+
+
+def _usage(obj: dict[str, Any]) -> tuple[int | None, int | None]:
+    u = obj.get("usage")
+    if not isinstance(u, dict):
+        return None, None
+    return _int(u.get("prompt_tokens")), _int(u.get("completion_tokens"))
+
+
+def _int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _text(v: object) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _openai(obj: dict[str, Any], choices: list[Any]) -> Chunk:
+    prompt, completion = _usage(obj)
+    if not choices or not isinstance(choices[0], dict):
+        return Chunk(prompt_tokens=prompt, completion_tokens=completion)
+    choice = choices[0]
+    delta = choice.get("delta")
+    text = reasoning = tool_args = ""
+    if isinstance(delta, dict):
+        text = _text(delta.get("content"))
+        reasoning = _text(delta.get("reasoning_content")) or _text(delta.get("reasoning"))
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            tool_args = "".join(
+                _text(c.get("function", {}).get("arguments"))
+                for c in calls
+                if isinstance(c, dict) and isinstance(c.get("function"), dict)
+            )
+    else:
+        text = _text(choice.get("text"))  # the completions API
+    finish = choice.get("finish_reason")
+    return Chunk(
+        text, reasoning, tool_args, finish if isinstance(finish, str) else None, prompt, completion
+    )
+
+
+def _tgi(obj: dict[str, Any]) -> Chunk:
+    token = obj["token"]
+    text = "" if token.get("special") else _text(token.get("text"))
+    details = obj.get("details")
+    if isinstance(details, dict):  # on the last event; input_length in newer TGI only
+        finish = details.get("finish_reason")
+        return Chunk(
+            text,
+            finish_reason=finish if isinstance(finish, str) else None,
+            prompt_tokens=_int(details.get("input_length")),
+            completion_tokens=_int(details.get("generated_tokens")),
+        )
+    return Chunk(text)
+
+
+def _llamacpp(obj: dict[str, Any]) -> Chunk:
+    timings = obj.get("timings")
+    prompt = completion = None
+    if isinstance(timings, dict):
+        prompt, completion = _int(timings.get("prompt_n")), _int(timings.get("predicted_n"))
+    finish = None
+    if obj.get("stop") is True:
+        finish = "stop" if not obj.get("stopped_limit") else "length"
+    return Chunk(
+        _text(obj.get("content")),
+        finish_reason=finish,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+    )

@@ -1,0 +1,90 @@
+"""Server-Sent Events framing (the WHATWG event-stream format), incremental and total.
+
+:class:`SSEParser` turns the bytes of a ``text/event-stream`` body, in whatever
+pieces the network delivers them, into events ``(type, data)``. The same
+bytes give the same events however they are split (a property test checks
+this), and no input makes it raise: malformed UTF-8 is replaced, unknown
+fields are ignored, as the format prescribes.
+
+The format, in short: lines end with CRLF, LF or CR; ``:`` starts a comment;
+``field: value`` (one space after the colon is dropped); ``data`` lines of one
+event are joined with ``\\n``; a blank line dispatches the event; ``event``
+sets its type (default ``message``). An event cut off by the end of the
+stream (no blank line after it) is not dispatched: :meth:`SSEParser.close`
+reports it, since for an LLM stream that means truncation.
+"""
+
+from __future__ import annotations
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class SSEParser:
+    """Feed bytes, get complete events; one parser per response."""
+
+    __slots__ = ("_data", "_event", "_partial", "_skip_lf", "_started", "last_id")
+
+    def __init__(self) -> None:
+        self._partial = b""  # an unterminated line carried to the next read
+        self._skip_lf = False  # the last read ended in CR: an LF next is the same line end
+        self._data: list[bytes] = []
+        self._event = b""
+        self._started = False
+        self.last_id = ""
+
+    def feed(self, chunk: bytes) -> list[tuple[str, str]]:
+        """Events completed by ``chunk``, in order."""
+        if not chunk:
+            return []  # an empty read changes nothing (it must not clear the CR state)
+        if not self._started:
+            if len(self._partial) + len(chunk) < len(_BOM) and _BOM.startswith(
+                self._partial + chunk
+            ):
+                self._partial += chunk  # too short to tell whether a BOM starts the stream
+                return []
+            self._started = True
+            chunk = self._partial + chunk
+            self._partial = b""
+            if chunk.startswith(_BOM):
+                chunk = chunk[len(_BOM) :]
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        buf = self._partial + chunk if self._partial else chunk
+        lines = buf.splitlines(keepends=True)
+        if lines and not lines[-1].endswith((b"\n", b"\r")):
+            self._partial = lines.pop()
+        else:
+            self._partial = b""
+        if lines and lines[-1].endswith(b"\r"):
+            self._skip_lf = True
+        events: list[tuple[str, str]] = []
+        for line in lines:
+            self._line(line.rstrip(b"\r\n"), events)
+        return events
+
+    def _line(self, line: bytes, events: list[tuple[str, str]]) -> None:
+        if not line:
+            if self._data:
+                data = b"\n".join(self._data).decode("utf-8", "replace")
+                events.append((self._event.decode("utf-8", "replace") or "message", data))
+            self._data = []
+            self._event = b""
+            return
+        if line[:1] == b":":
+            return  # a comment (keep-alive pings)
+        field, colon, value = line.partition(b":")
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        if field == b"data":
+            self._data.append(value)
+        elif field == b"event":
+            self._event = value
+        elif field == b"id" and b"\0" not in value:
+            self.last_id = value.decode("utf-8", "replace")
+        # "retry" and unknown fields are ignored, as the format requires
+
+    def close(self) -> bool:
+        """End of stream. True if an event (or a line) was left incomplete: truncated."""
+        return bool(self._data or self._partial.strip(b"\r\n"))
