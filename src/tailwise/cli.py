@@ -79,6 +79,32 @@ def _run_options(f: F) -> F:
             default=None,
             help="Live status line (default: when stderr is a terminal).",
         ),
+        click.option(
+            "--api",
+            type=click.Choice(["openai-chat", "openai-completions", "openai-embeddings"]),
+            help="OpenAI-compatible LLM endpoint: TTFT, ITL, TPOT, token rates.",
+        ),
+        click.option("--model", help="Model name the server serves (with --api)."),
+        click.option(
+            "--max-tokens",
+            default="128",
+            show_default=True,
+            help="Output tokens to ask for (with --api).",
+        ),
+        click.option(
+            "--input-tokens",
+            default="128",
+            show_default=True,
+            help="Synthetic prompt length in words, ~tokens (with --api).",
+        ),
+        click.option("--api-key", help="Bearer token (default $OPENAI_API_KEY); never saved."),
+        click.option("--extra-body", help="JSON object merged into each request body."),
+        click.option(
+            "--stream/--no-stream",
+            default=True,
+            show_default=True,
+            help="Stream chat/completions responses (with --api).",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print summary.json to stdout."),
         click.option("-q", "--quiet", is_flag=True, help="No terminal summary."),
     ]

@@ -34,6 +34,8 @@ import httptools
 
 from tailwise.clock import now_ns
 from tailwise.errors import error_kind
+from tailwise.loadgen.llm_stream import MALFORMED, classify
+from tailwise.loadgen.sse import SSEParser
 from tailwise.loadgen.targets import Target
 from tailwise.loadgen.transport import OnDone
 from tailwise.records import RecordBlock, error_code
@@ -154,6 +156,9 @@ class _Conn(asyncio.Protocol):
         block.bytes_in[self.j] = self.nbytes
         self.pool.on_done(block, self.j)
 
+    def reset_stream(self) -> None:
+        """Only stream connections keep per-response stream state."""
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         block = self.block
@@ -186,6 +191,8 @@ class _Pool:
         self.t0 = 0
         self.timeout_ns = owner.timeout_ns
         self.on_done: OnDone = _noop_done
+        self.streaming = owner.streaming
+        self.conn_class: type[_Conn] = _StreamConn if owner.streaming else _Conn
 
     def dispatch(self, block: RecordBlock, j: int) -> None:
         """Send request ``(block, j)``: on an idle connection now, else when one opens."""
@@ -202,6 +209,8 @@ class _Pool:
             conn.head = None
             conn.nbytes = 0
             conn.deadline = block.sent_ns[j] + self.timeout_ns
+            if self.streaming:
+                conn.reset_stream()
             block.bytes_out[j] = len(payload)
             conn.transport.write(payload)
             return
@@ -242,7 +251,7 @@ class _Pool:
         ctx = self.owner.ssl_context(t)
         return asyncio.wait_for(
             asyncio.get_running_loop().create_connection(
-                lambda: _Conn(self),
+                lambda: self.conn_class(self),
                 self.address,
                 t.port,
                 ssl=ctx,
@@ -329,7 +338,10 @@ class HttpTransport:
         connect_timeout_ns: int,
         insecure: bool = False,
         preconnect: int = 4,
+        streaming: bool = False,
     ) -> None:
+        self.streaming = streaming
+        self.usage_rows = 0  # stream rows whose token counts came from the server's usage
         self.timeout_ns = timeout_ns
         self.connect_timeout_ns = connect_timeout_ns
         self._insecure = insecure
@@ -402,3 +414,83 @@ class HttpTransport:
             self._sweeper.cancel()
         self.abort_all("cancelled")
         await asyncio.sleep(0)
+
+
+_TRUNCATED, _STREAM_ERROR, _MALFORMED = (
+    error_code("truncated"),
+    error_code("stream_error"),
+    error_code("malformed_chunk"),
+)
+
+
+class _StreamConn(_Conn):
+    """A connection whose responses are LLM token streams (Server-Sent Events).
+
+    Every content chunk's arrival time is the arrival of the read that carried
+    it (``t_last``): chunks that arrive together share a time, as they did on
+    the wire. A stream that ends without ``[DONE]`` or a finish reason is
+    ``truncated``; an error event is ``stream_error``; unparsable data is
+    ``malformed_chunk``. Partial data (first token, chunk times) is kept.
+    """
+
+    __slots__ = ("chunks", "finished", "prompt_tokens", "sse", "stream_err", "usage_tokens")
+
+    def __init__(self, pool: _Pool) -> None:
+        super().__init__(pool)
+        self.reset_stream()
+
+    def reset_stream(self) -> None:
+        self.sse = SSEParser()
+        self.chunks: list[int] = []
+        self.finished = False
+        self.stream_err = 0
+        self.usage_tokens: int | None = None
+        self.prompt_tokens: int | None = None
+
+    def on_body(self, body: bytes) -> None:
+        block = self.block
+        if block is None or self.parser.get_status_code() >= 300:
+            return
+        for etype, data in self.sse.feed(body):
+            c = classify(data, etype)
+            if c.text:
+                if not self.chunks:
+                    block.first_token_ns[self.j] = self.t_last
+                self.chunks.append(self.t_last)
+            if c.done or c.finish_reason:
+                self.finished = True
+            if c.completion_tokens is not None:
+                self.usage_tokens = c.completion_tokens
+            if c.prompt_tokens is not None:
+                self.prompt_tokens = c.prompt_tokens
+            if c.error is not None and not self.stream_err:
+                self.stream_err = _MALFORMED if c.error == MALFORMED else _STREAM_ERROR
+
+    def _keep(self, block: RecordBlock, j: int) -> None:
+        if self.chunks:
+            block.chunk_times[j] = self.chunks
+        if self.usage_tokens is not None:
+            block.output_tokens[j] = self.usage_tokens
+            self.pool.owner.usage_rows += 1
+        elif self.chunks:
+            block.output_tokens[j] = len(self.chunks)  # no usage: one token per chunk
+        if self.prompt_tokens is not None:
+            block.input_tokens[j] = self.prompt_tokens
+
+    def on_message_complete(self) -> None:
+        block = self.block
+        if block is None:
+            return
+        status = self.parser.get_status_code()
+        if 200 <= status < 300:
+            self._keep(block, self.j)
+            if self.stream_err:
+                block.error[self.j] = self.stream_err
+            elif not self.finished or self.sse.close():
+                block.error[self.j] = _TRUNCATED
+        super().on_message_complete()
+
+    def fail(self, code: int) -> None:
+        if self.block is not None:
+            self._keep(self.block, self.j)
+        super().fail(code)

@@ -29,6 +29,7 @@ import numpy as np
 from tailwise.arrivals import Schedule, expected_count, parse_schedule
 from tailwise.clock import now_ns
 from tailwise.errors import BadInput
+from tailwise.loadgen import openai
 from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
 from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.results import Progress, RecordSink, pump
@@ -81,6 +82,14 @@ class RunOptions:
     name: str | None = None
     insecure: bool = False
     progress: bool | None = None
+    # OpenAI-compatible LLM endpoints (see tailwise.loadgen.openai)
+    api: str | None = None
+    model: str | None = None
+    max_tokens: int | str = 128
+    input_tokens: int | str = 128
+    api_key: str | None = None  # never written anywhere
+    extra_body: str | None = None
+    stream: bool = True
 
 
 @dataclass
@@ -102,6 +111,7 @@ class Prepared:
     max_send_lag_ns: int
     method: str
     headers: list[tuple[str, str]]
+    streaming: bool = False
 
 
 @dataclass
@@ -137,26 +147,53 @@ def _window(o: RunOptions, warmup_ns: int) -> tuple[int | None, int | None]:
     return None, count
 
 
-def prepare(o: RunOptions) -> Prepared:
+def _llm_bodies(o: RunOptions) -> list[bytes]:
+    api = openai.check_api(o.api or "")
+    if not o.model:
+        raise BadInput("--model", None, f"the model name the server serves, for --api {api}")
+    if o.body is not None or o.bodies is not None:
+        raise BadInput(
+            "--body", "with --api", "either --api (tailwise builds the bodies) or --body"
+        )
+    prompts = openai.synthetic_prompts(parse_count(str(o.input_tokens), "--input-tokens"), o.seed)
+    max_tokens = parse_count(str(o.max_tokens), "--max-tokens")
+    return openai.bodies(
+        api, o.model, max_tokens, prompts, o.stream, openai.parse_extra_body(o.extra_body)
+    )
+
+
+def _requests(o: RunOptions) -> tuple[list[Target], list[list[bytes]], str, list[tuple[str, str]]]:
+    """Targets, rendered requests per target, method and headers."""
     if not o.urls:
         raise BadInput("URL", "", "at least one target URL")
-    targets = [parse_url(u) for u in o.urls]
+    urls = [openai.api_url(u, o.api) for u in o.urls] if o.api else o.urls
+    targets = [parse_url(u) for u in urls]
     headers = [parse_header(h) for h in o.header]
+    if o.api:
+        headers += openai.auth_header(o.api_key)
     if o.body is not None and o.bodies is not None:
         raise BadInput("--body", "with --bodies", "one of --body or --bodies")
     bodies: list[bytes | None] = [None]
-    if o.body is not None:
+    if o.api:
+        bodies = list(_llm_bodies(o))
+    elif o.body is not None:
         bodies = [read_body(o.body)]
     elif o.bodies is not None:
         bodies = list(read_bodies_jsonl(o.bodies))
     method = parse_method(o.method) if o.method else ("POST" if bodies != [None] else "GET")
     payloads = [[render(t, method, headers, b) for b in bodies] for t in targets]
+    return targets, payloads, method, headers
+
+
+def prepare(o: RunOptions) -> Prepared:
+    targets, payloads, method, headers = _requests(o)
+    streaming = bool(o.api in openai.STREAMING_APIS and o.stream)
     warmup_ns = parse_duration_ns(o.warmup, "--warmup")
     horizon_ns, max_count = _window(o, warmup_ns)
     attain = parse_fraction(o.attainment, "--attainment")
     slos = [parse_slo(s, attain) for s in o.slo]
     for s in slos:
-        if s.needs_llm:
+        if s.needs_llm and not streaming:
             raise BadInput(
                 "--slo", s.spec, "a metric an HTTP run measures (latency, e2e, service, send_lag)"
             )
@@ -202,6 +239,7 @@ def prepare(o: RunOptions) -> Prepared:
         max_send_lag_ns=parse_duration_ns(o.max_send_lag, "--max-send-lag", allow_zero=False),
         method=method,
         headers=headers,
+        streaming=streaming,
     )
 
 
@@ -259,6 +297,7 @@ class Outcome:
     note: str
     stopped_at_ns: int  # run-relative instant sending stopped (the signal, or the plan's end)
     t0_unix_s: float  # wall-clock label of the run's time zero
+    transport: Transport | None = None
 
 
 def _install_signals(
@@ -348,7 +387,9 @@ async def _execute(
     await sink.close()
     for sig in installed:
         loop.remove_signal_handler(sig)
-    return Outcome(engine, interrupted.is_set(), note[0] if note else "", stopped_at, t0_unix)
+    return Outcome(
+        engine, interrupted.is_set(), note[0] if note else "", stopped_at, t0_unix, transport
+    )
 
 
 def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
@@ -428,6 +469,7 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
         connect_timeout_ns=p.connect_timeout_ns,
         insecure=p.opts.insecure,
         preconnect=_preconnect(p),
+        streaming=p.streaming,
     )
     (directory / "run.json").write_text(json.dumps(_run_json(p, started_unix), indent=2) + "\n")
     provisional = p.horizon_ns if p.horizon_ns is not None else 2**62
@@ -461,10 +503,18 @@ def _conclude(p: Prepared, out: Outcome, directory: Path, rows_on_disk: int | No
         interrupted=out.interrupted,
         interrupt_note=out.note,
         rows_on_disk=rows_on_disk,
+        llm=p.streaming,
+        extra=_token_source(out) if p.streaming else {},
     )
     summary = summarize(records, info)
     _write_outputs(directory, records, summary, out.t0_unix_s, (p.warmup_ns, end_ns))
     return RunResult(summary, records, directory)
+
+
+def _token_source(out: Outcome) -> dict[str, Any]:
+    """Say how output tokens were counted: the server's usage, or one per content chunk."""
+    usage_rows = getattr(out.transport, "usage_rows", 0)
+    return {"tokens_counted_by": "server usage" if usage_rows else "content chunks (approximation)"}
 
 
 def _write_outputs(
@@ -491,6 +541,7 @@ def _write_outputs(
 def _run_json(p: Prepared, started_unix: float) -> dict[str, Any]:
     opts = asdict(p.opts)
     opts.pop("header", None)  # header values may carry credentials: never written
+    opts.pop("api_key", None)
     if opts.get("body") and not str(opts["body"]).startswith("@"):
         opts["body"] = f"<{len(str(opts['body']).encode())} bytes, not saved>"
     opts["urls"] = [t.url for t in p.targets]

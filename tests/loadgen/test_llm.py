@@ -1,0 +1,176 @@
+"""LLM streaming endpoints, against a loopback server that logs what it actually sent."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tailwise
+from tailwise.errors import BadInput
+from tailwise.loadgen.runner import RunOptions, prepare
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A stream lab with TTFT 50 ms and ITL 10 ms, and its truth log."""
+    truth = tmp_path / "truth.jsonl"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tailwise.server.stream_lab",
+            "--port",
+            "0",
+            "--ttft",
+            "50ms",
+            "--itl",
+            "10ms",
+            "--truth",
+            str(truth),
+            "--lifetime",
+            "120s",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    assert line.startswith("listening on "), line
+    yield line.removeprefix("listening on "), truth
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def truth_ms(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    ttft = np.array([r["chunks_ns"][0] - r["arrival_ns"] for r in rows]) / 1e6
+    itl = np.concatenate([np.diff(r["chunks_ns"]) for r in rows]) / 1e6
+    return ttft, itl
+
+
+@pytest.mark.parametrize("streams", [1, 50])
+def test_ttft_and_itl_match_the_servers_truth(
+    lab: tuple[str, Path], tmp_path: Path, streams: int
+) -> None:
+    url, truth = lab
+    res = tailwise.run(
+        url,
+        api="openai-chat",
+        model="lab",
+        max_tokens=16,
+        concurrency=streams,
+        duration="3s",
+        out=str(tmp_path / "r"),
+    )
+    s = res.summary
+    assert s["requests"]["ok"] == s["requests"]["scheduled"] > streams
+    ttft, itl = truth_ms(truth)
+    # TTFT from the actual send vs. the server's own first-chunk write after arrival
+    assert s["service_ttft_ms"]["p50"] == pytest.approx(float(np.median(ttft)), abs=2.0)
+    assert s["itl_ms"]["p50"] == pytest.approx(float(np.median(itl)), abs=2.0)
+    assert s["tokens_counted_by"] == "server usage"
+    assert (
+        s["tokens"]["output_total"] == 16 * s["requests"]["ok"] + 16 * s["requests"]["warmup"]["ok"]
+    )
+    # TPOT = (e2e - TTFT) / (tokens - 1): 15 gaps of ~10 ms
+    assert s["tpot_ms"]["p50"] == pytest.approx(10.0, abs=1.5)
+
+
+def test_open_loop_llm_run_with_slos(lab: tuple[str, Path], tmp_path: Path) -> None:
+    url, _ = lab
+    res = tailwise.run(
+        url + "/v1/completions",
+        api="openai-completions",
+        model="lab",
+        max_tokens=8,
+        rate="40/s",
+        duration="2s",
+        slo=["ttft<=100ms", "tpot<=20ms", "p99(ttft)<=200ms"],
+        out=str(tmp_path / "r"),
+    )
+    s = res.summary
+    assert s["verdict"] == "pass", s["verdict_reason"]
+    assert [e["passed"] for e in s["slos"]] == [True, True, True]
+    assert s["ttft_ms"]["p50"] >= 50.0  # from the intended send: never less than the server's
+    row = json.loads((tmp_path / "r" / "records.jsonl").read_text().splitlines()[0])
+    assert len(row["chunk_times"]) == 8 and row["output_tokens"] == 8
+
+
+@pytest.mark.parametrize(
+    ("steer", "kind"), [({"end_early": 3}, "truncated"), ({"error_after": 3}, "stream_error")]
+)
+def test_broken_streams_are_misses_with_partial_data(
+    lab: tuple[str, Path], tmp_path: Path, steer: dict[str, int], kind: str
+) -> None:
+    url, _ = lab
+    res = tailwise.run(
+        url,
+        api="openai-chat",
+        model="lab",
+        max_tokens=8,
+        rate="20/s",
+        requests=10,
+        extra_body=json.dumps({"lab": steer}),
+        slo=["ttft<=1s"],
+        out=str(tmp_path / "r"),
+    )
+    s = res.summary
+    assert s["requests"]["errors"] == {kind: 10}
+    assert s["rates"]["goodput_rps"] == 0.0 and s["verdict"] == "fail"
+    r = res.records
+    assert all(len(c or []) == 3 for c in r.chunk_times)  # the 3 chunks that did arrive
+    assert (r.first_token_ns > 0).all()
+
+
+def test_llm_input_errors() -> None:
+    base = {"urls": ["http://127.0.0.1:9"], "rate": "1/s"}
+    with pytest.raises(BadInput, match="--model"):
+        prepare(RunOptions(**base, api="openai-chat"))
+    with pytest.raises(BadInput, match="--extra-body"):
+        prepare(RunOptions(**base, api="openai-chat", model="m", extra_body="[1]"))
+    with pytest.raises(BadInput, match="--slo"):  # TTFT needs a streaming LLM run
+        prepare(RunOptions(**base, slo=["ttft<=1s"]))
+    p = prepare(RunOptions(**base, api="openai-chat", model="m"))
+    assert p.targets[0].path == "/v1/chat/completions" and p.streaming
+
+
+def test_api_key_never_reaches_disk_or_output(lab: tuple[str, Path], tmp_path: Path) -> None:
+    url, _ = lab
+    key = "sk-tailwise-test-5f1d2c"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tailwise",
+            "run",
+            url,
+            "--api",
+            "openai-chat",
+            "--model",
+            "lab",
+            "--max-tokens",
+            "4",
+            "--rate",
+            "10/s",
+            "--requests",
+            "5",
+            "--api-key",
+            key,
+            "--json",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    assert key not in p.stdout + p.stderr
+    for f in (tmp_path / "r").iterdir():
+        assert key not in f.read_text(), f.name
