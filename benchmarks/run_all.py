@@ -7,7 +7,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = [["wrk_vs_tailwise.py", "--write-docs"]]
+BENCHMARKS = [
+    ["wrk_vs_tailwise.py", "--write-docs"],
+    ["llm_client_overhead.py", "--write-docs"],
+]
 
 if __name__ == "__main__":
     for script, *args in BENCHMARKS:
