@@ -174,3 +174,25 @@ def test_api_key_never_reaches_disk_or_output(lab: tuple[str, Path], tmp_path: P
     assert key not in p.stdout + p.stderr
     for f in (tmp_path / "r").iterdir():
         assert key not in f.read_text(), f.name
+
+
+def test_dataset_output_lengths_are_what_the_server_streams(
+    lab: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, _ = lab
+    data = tmp_path / "data.jsonl"
+    data.write_text(
+        "\n".join(json.dumps({"prompt": f"p{i}", "max_tokens": 2 + i}) for i in range(4)) + "\n"
+    )
+    res = tailwise.run(
+        url,
+        api="openai-chat",
+        model="lab",
+        prompts=str(data),
+        rate="20/s",
+        requests=8,
+        out=str(tmp_path / "r"),
+    )
+    r = res.records
+    assert r.output_tokens.tolist() == [2 + (i % 4) for i in range(8)]  # body i % 4, in turn
+    assert [len(c or []) for c in r.chunk_times] == r.output_tokens.tolist()

@@ -7,10 +7,14 @@ a URL with a path is used as it is. Chat and completions stream by default and
 ask for the server's token usage (``stream_options.include_usage``), which the
 metrics prefer over counting chunks.
 
-Prompts are synthetic for now: ``--input-tokens N`` builds prompts of N words
-from a word list shipped here (a word is about one token for English text in
-common tokenizers: an approximation, labelled as such), 64 distinct prompts,
-the same for the same seed. Nothing is downloaded, ever.
+Prompts are synthetic (``--input-tokens``: N words from a word list shipped
+here; a word is about one token for English text in common tokenizers, an
+approximation) or read from a dataset file (``--prompts``: JSONL rows with a
+``prompt`` or ``messages``, or ShareGPT ``conversations``, each with an optional
+output length). Lengths may be distributions: ``uniform:64-256``,
+``normal:128,32``, ``lognormal:128,0.5`` (median and sigma). ``--shared-prefix N``
+starts every prompt with the same N words, to exercise prefix caching. All of
+it is deterministic for a seed. Nothing is downloaded, ever.
 
 The API key (``--api-key`` or ``OPENAI_API_KEY``) becomes an ``Authorization``
 header, and header values are never written anywhere.
@@ -19,8 +23,10 @@ header, and header values are never written anywhere.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,7 +38,9 @@ PATHS = {
     "openai-embeddings": "/v1/embeddings",
 }
 STREAMING_APIS = frozenset({"openai-chat", "openai-completions"})
-N_PROMPTS = 64
+N_PROMPTS = 256  # distinct request bodies, used in turn
+MAX_DATASET_ROWS = 100_000
+LENGTH_FORM = "N, uniform:A-B, normal:MEAN,SD or lognormal:MEDIAN,SIGMA (positive numbers)"
 
 _WORDS = (
     "time year people way day man thing woman life child world school state family student "
@@ -59,9 +67,91 @@ def api_url(url: str, api: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
-def synthetic_prompts(input_tokens: int, seed: int, n: int = N_PROMPTS) -> list[str]:
+def sample_lengths(text: str, field: str, n: int, rng: random.Random) -> list[int]:
+    """``n`` lengths (>= 1) from a length spec: a number or a distribution."""
+    kind, _, arg = str(text).strip().partition(":")
+    try:
+        if not arg:
+            value = float(kind)
+            if value != int(value) or value < 1:
+                raise ValueError
+            return [int(value)] * n
+        a, _, b = (
+            arg.replace("-", ",", 1).partition(",") if kind == "uniform" else arg.partition(",")
+        )
+        x, y = float(a), float(b)
+    except ValueError:
+        raise BadInput(field, text, LENGTH_FORM) from None
+    draw = {
+        "uniform": lambda: rng.uniform(x, y),
+        "normal": lambda: rng.gauss(x, y),
+        "lognormal": lambda: x * math.exp(rng.gauss(0.0, y)),
+    }.get(kind)
+    if draw is None or x <= 0 or y < 0 or (kind == "uniform" and y < x):
+        raise BadInput(field, text, LENGTH_FORM)
+    return [max(1, round(draw())) for _ in range(n)]
+
+
+def synthetic_prompts(lengths: list[int], seed: int, shared_prefix: int = 0) -> list[str]:
     rng = random.Random(seed)
-    return [" ".join(rng.choice(_WORDS) for _ in range(input_tokens)) for _ in range(n)]
+    prefix = " ".join(rng.choice(_WORDS) for _ in range(shared_prefix))
+    out = []
+    for n in lengths:
+        words = " ".join(rng.choice(_WORDS) for _ in range(max(n - shared_prefix, 1)))
+        out.append(f"{prefix} {words}" if prefix else words)
+    return out
+
+
+Prompt = str | list[dict[str, Any]]  # a completion prompt, or chat messages
+
+
+def read_dataset(path: str) -> list[tuple[Prompt, int | None]]:
+    """``(prompt or messages, output length or None)`` per JSONL row."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc.__class__.__name__
+        raise BadInput("--prompts", path, f"a readable UTF-8 JSONL file ({reason})") from None
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if line.strip():
+            rows.append(_dataset_row(line, f"{path}:{lineno}"))
+        if len(rows) >= MAX_DATASET_ROWS:
+            break
+    if not rows:
+        raise BadInput("--prompts", path, "a JSONL file with at least one prompt")
+    return rows
+
+
+_ROW_FORM = (
+    'a JSON object with "prompt" (text), "messages" (chat) or "conversations" (ShareGPT), '
+    'and optionally "max_tokens" or "output_len"'
+)
+
+
+def _dataset_row(line: str, where: str) -> tuple[Prompt, int | None]:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        raise BadInput(where, line[:40], _ROW_FORM) from None
+    if not isinstance(row, dict):
+        raise BadInput(where, line[:40], _ROW_FORM)
+    out = row.get("max_tokens", row.get("output_len"))
+    if out is not None and (not isinstance(out, int) or isinstance(out, bool) or out < 1):
+        raise BadInput(where, out, "a positive whole number of output tokens")
+    if isinstance(row.get("prompt"), str):
+        return row["prompt"], out
+    if isinstance(row.get("messages"), list) and row["messages"]:
+        return row["messages"], out
+    turns = row.get("conversations")
+    if isinstance(turns, list) and turns and all(isinstance(t, dict) for t in turns):
+        human = next((t.get("value") for t in turns if t.get("from") in ("human", "user")), None)
+        reply = next((t.get("value") for t in turns if t.get("from") in ("gpt", "assistant")), None)
+        if isinstance(human, str):
+            if out is None and isinstance(reply, str):
+                out = max(1, len(reply.split()))  # the recorded answer's length, in words
+            return human, out
+    raise BadInput(where, line[:40], _ROW_FORM)
 
 
 def parse_extra_body(text: str | None) -> dict[str, Any]:
@@ -78,20 +168,33 @@ def parse_extra_body(text: str | None) -> dict[str, Any]:
     return value
 
 
+def _as_text(prompt: Prompt) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+
+
 def bodies(
-    api: str, model: str, max_tokens: int, prompts: list[str], stream: bool, extra: dict[str, Any]
+    api: str,
+    model: str,
+    max_tokens: list[int],
+    prompts: list[Prompt],
+    stream: bool,
+    extra: dict[str, Any],
 ) -> list[bytes]:
+    """One request body per prompt; ``max_tokens[i]`` goes with ``prompts[i]``."""
     out = []
-    for prompt in prompts:
+    for prompt, n_out in zip(prompts, max_tokens, strict=True):
         body: dict[str, Any]
         if api == "openai-embeddings":
-            body = {"model": model, "input": prompt}
+            body = {"model": model, "input": _as_text(prompt)}
         else:
-            body = {"model": model, "max_tokens": max_tokens, "stream": stream}
+            body = {"model": model, "max_tokens": n_out, "stream": stream}
             if api == "openai-chat":
-                body["messages"] = [{"role": "user", "content": prompt}]
+                messages = prompt if isinstance(prompt, list) else None
+                body["messages"] = messages or [{"role": "user", "content": prompt}]
             else:
-                body["prompt"] = prompt
+                body["prompt"] = _as_text(prompt)
             if stream:
                 body["stream_options"] = {"include_usage": True}
         body.update(extra)

@@ -14,6 +14,7 @@ import contextlib
 import datetime as dt
 import gc
 import json
+import random
 import re
 import resource
 import signal
@@ -90,6 +91,8 @@ class RunOptions:
     api_key: str | None = None  # never written anywhere
     extra_body: str | None = None
     stream: bool = True
+    prompts: str | None = None  # a JSONL dataset
+    shared_prefix: int | str = 0
 
 
 @dataclass
@@ -155,8 +158,19 @@ def _llm_bodies(o: RunOptions) -> list[bytes]:
         raise BadInput(
             "--body", "with --api", "either --api (tailwise builds the bodies) or --body"
         )
-    prompts = openai.synthetic_prompts(parse_count(str(o.input_tokens), "--input-tokens"), o.seed)
-    max_tokens = parse_count(str(o.max_tokens), "--max-tokens")
+    rng = random.Random(o.seed)
+    prompts: list[openai.Prompt]
+    if o.prompts:
+        rows = openai.read_dataset(o.prompts)
+        prompts = [p for p, _ in rows]
+        drawn = openai.sample_lengths(str(o.max_tokens), "--max-tokens", len(rows), rng)
+        max_tokens = [n if n is not None else d for (_, n), d in zip(rows, drawn, strict=True)]
+    else:
+        n = openai.N_PROMPTS
+        lengths = openai.sample_lengths(str(o.input_tokens), "--input-tokens", n, rng)
+        prefix = parse_count(str(o.shared_prefix), "--shared-prefix", minimum=0)
+        prompts = list(openai.synthetic_prompts(lengths, o.seed, prefix))
+        max_tokens = openai.sample_lengths(str(o.max_tokens), "--max-tokens", n, rng)
     return openai.bodies(
         api, o.model, max_tokens, prompts, o.stream, openai.parse_extra_body(o.extra_body)
     )
