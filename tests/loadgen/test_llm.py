@@ -196,3 +196,40 @@ def test_dataset_output_lengths_are_what_the_server_streams(
     r = res.records
     assert r.output_tokens.tolist() == [2 + (i % 4) for i in range(8)]  # body i % 4, in turn
     assert [len(c or []) for c in r.chunk_times] == r.output_tokens.tolist()
+
+
+def test_decode_pace_and_tokens_per_chunk(lab: tuple[str, Path], tmp_path: Path) -> None:
+    url, _ = lab
+    res = tailwise.run(
+        url,
+        api="openai-chat",
+        model="lab",
+        max_tokens=12,
+        rate="20/s",
+        requests=10,
+        out=str(tmp_path / "r"),
+    )
+    tok = res.summary["tokens"]
+    assert tok["tokens_per_chunk"] == pytest.approx(1.0)  # the lab sends one token per event
+    assert tok["per_request_decode_tps"]["p50"] == pytest.approx(100.0, rel=0.1)  # ITL 10 ms
+
+
+def test_embeddings_requests(lab: tuple[str, Path], tmp_path: Path) -> None:
+    url, _ = lab
+    res = tailwise.run(
+        url,
+        api="openai-embeddings",
+        model="lab",
+        input_tokens=16,
+        rate="20/s",
+        requests=10,
+        slo=["p99(latency)<=200ms"],
+        out=str(tmp_path / "r"),
+    )
+    s = res.summary
+    assert s["requests"]["ok"] == 10 and s["verdict"] == "pass"
+    assert s["ttft_ms"] is None  # not a stream: no token metrics
+    assert s["service_ms"]["p50"] == pytest.approx(50.0, abs=5.0)  # the lab's 50 ms
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["requests"]["urls"] == [
+        url + "/v1/embeddings"
+    ]

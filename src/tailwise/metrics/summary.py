@@ -123,6 +123,9 @@ def _llm_sections(r: Records, window_ok: np.ndarray, t_s: float) -> dict[str, An
 
     out_tokens = r.output_tokens[window_ok & (r.output_tokens >= 0)]
     in_tokens = r.input_tokens[window_ok & (r.input_tokens >= 0)]
+    tpot = derive.tpot_ns(r)[window_ok]
+    decode_tps = 1e9 / tpot[tpot > 0]  # a request's decode pace, tokens/s = 1 / TPOT
+    chunks = [len(c) for c, ok in zip(r.chunk_times, window_ok.tolist(), strict=False) if ok and c]
     return {
         "ttft_ms": dist(derive.ttft_ns(r)),
         "service_ttft_ms": dist(derive.service_ttft_ns(r)),
@@ -132,7 +135,23 @@ def _llm_sections(r: Records, window_ok: np.ndarray, t_s: float) -> dict[str, An
             "output_tps": float(out_tokens.sum()) / t_s if t_s else 0.0,
             "input_total": int(in_tokens.sum()),
             "output_total": int(out_tokens.sum()),
+            "per_request_decode_tps": _plain_distribution(decode_tps),
+            "tokens_per_chunk": float(out_tokens.sum()) / sum(chunks) if chunks else None,
         },
+    }
+
+
+def _plain_distribution(values: np.ndarray) -> dict[str, Any] | None:
+    """p50/p90/p99/mean/count of unitless values (no ms conversion)."""
+    if len(values) == 0:
+        return None
+    v = np.sort(values)
+    return {
+        "p50": nearest_rank(v, 50.0),
+        "p90": nearest_rank(v, 90.0),
+        "p99": nearest_rank(v, 99.0),
+        "mean": float(v.mean()),
+        "count": len(v),
     }
 
 

@@ -1,5 +1,6 @@
 """A loopback OpenAI-style streaming server with a known TTFT and ITL, that logs what it sent.
 
+``POST /v1/embeddings`` answers with one JSON body after ``--ttft``.
 ``POST /v1/chat/completions`` and ``/v1/completions`` stream ``max_tokens``
 content chunks (default 32) as Server-Sent Events over chunked transfer
 encoding, the way vLLM does: a role chunk at once, the first content chunk
@@ -81,6 +82,9 @@ class _Http(asyncio.Protocol):
         asyncio.get_running_loop().create_task(self.stream(url, req, arrival))
 
     async def stream(self, url: bytes, req: dict[str, Any], arrival_ns: int) -> None:
+        if url.endswith(b"/embeddings"):
+            await self.embed(req)
+            return
         chat = url.endswith(b"/chat/completions")
         n = int(req.get("max_tokens") or 32)
         head = (
@@ -122,6 +126,25 @@ class _Http(asyncio.Protocol):
         if self.lab.truth is not None:
             self.lab.truth.write(json.dumps({"arrival_ns": arrival_ns, "chunks_ns": sent}) + "\n")
             self.lab.truth.flush()
+
+    async def embed(self, req: dict[str, Any]) -> None:
+        """``/v1/embeddings``: one JSON answer after ``--ttft`` (no stream)."""
+        await asyncio.sleep(self.lab.ttft_s)
+        text = str(req.get("input", ""))
+        body = json.dumps(
+            {
+                "object": "list",
+                "model": "lab",
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.0] * 8}],
+                "usage": {"prompt_tokens": len(text.split()), "total_tokens": len(text.split())},
+            }
+        ).encode()
+        if not self.transport.is_closing():
+            head = (
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+            )
+            self.transport.write(head % len(body) + body)
+            self.lab.served += 1
 
 
 def _chunk(chat: bool, part: object, finish: str | None = None) -> dict[str, Any]:
