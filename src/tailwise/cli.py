@@ -104,6 +104,11 @@ def _run_options(f: F) -> F:
             show_default=True,
             help="Words every synthetic prompt starts with (prefix caching).",
         ),
+        click.option(
+            "--tokenizer",
+            help="tokenizer.json to count tokens when the server "
+            "reports no usage (pip install 'tailwise[tokenizers]').",
+        ),
         click.option("--api-key", help="Bearer token (default $OPENAI_API_KEY); never saved."),
         click.option("--extra-body", help="JSON object merged into each request body."),
         click.option(

@@ -233,3 +233,47 @@ def test_embeddings_requests(lab: tuple[str, Path], tmp_path: Path) -> None:
     assert json.loads((tmp_path / "r" / "run.json").read_text())["requests"]["urls"] == [
         url + "/v1/embeddings"
     ]
+
+
+def test_token_counts_without_server_usage(lab: tuple[str, Path], tmp_path: Path) -> None:
+    """No usage from the server: a local tokenizer counts, else chunks, and the summary says so."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, **{f"tok{i}": i + 1 for i in range(64)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    url, _ = lab
+    no_usage = json.dumps({"stream_options": {"include_usage": False}})
+    common = {
+        "api": "openai-chat",
+        "model": "lab",
+        "max_tokens": 6,
+        "input_tokens": 20,
+        "rate": "20/s",
+        "requests": 5,
+        "extra_body": no_usage,
+    }
+    counted = tailwise.run(url, tokenizer=str(path), out=str(tmp_path / "a"), **common)
+    assert counted.summary["tokens_counted_by"] == "tokenizer tokenizer.json"
+    assert counted.records.output_tokens.tolist() == [6] * 5  # " tok0" ... " tok5"
+    assert counted.records.input_tokens.tolist() == [20] * 5  # 20 words, one token each
+    guessed = tailwise.run(url, out=str(tmp_path / "b"), **common)
+    assert guessed.summary["tokens_counted_by"] == "content chunks (approximation)"
+    assert guessed.records.output_tokens.tolist() == [6] * 5
+
+
+def test_a_bad_tokenizer_file_is_bad_input(tmp_path: Path) -> None:
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{}")
+    with pytest.raises(BadInput, match="--tokenizer"):
+        prepare(
+            RunOptions(
+                urls=["http://127.0.0.1:9"],
+                rate="1/s",
+                api="openai-chat",
+                model="m",
+                tokenizer=str(bad),
+            )
+        )

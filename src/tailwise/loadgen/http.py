@@ -35,6 +35,7 @@ import httptools
 from tailwise.clock import now_ns
 from tailwise.errors import error_kind
 from tailwise.loadgen.llm_stream import MALFORMED, classify
+from tailwise.loadgen.openai import TokenCounter
 from tailwise.loadgen.sse import SSEParser
 from tailwise.loadgen.targets import Target
 from tailwise.loadgen.transport import OnDone
@@ -339,9 +340,14 @@ class HttpTransport:
         insecure: bool = False,
         preconnect: int = 4,
         streaming: bool = False,
+        counter: TokenCounter | None = None,
+        prompt_tokens: list[int] | None = None,
     ) -> None:
         self.streaming = streaming
+        self.counter = counter  # counts tokens locally when the server reports no usage
+        self.prompt_tokens = prompt_tokens  # per request body, when counted locally
         self.usage_rows = 0  # stream rows whose token counts came from the server's usage
+        self.tokenizer_rows = 0
         self.timeout_ns = timeout_ns
         self.connect_timeout_ns = connect_timeout_ns
         self._insecure = insecure
@@ -433,7 +439,15 @@ class _StreamConn(_Conn):
     ``malformed_chunk``. Partial data (first token, chunk times) is kept.
     """
 
-    __slots__ = ("chunks", "finished", "prompt_tokens", "sse", "stream_err", "usage_tokens")
+    __slots__ = (
+        "chunks",
+        "finished",
+        "prompt_tokens",
+        "sse",
+        "stream_err",
+        "text",
+        "usage_tokens",
+    )
 
     def __init__(self, pool: _Pool) -> None:
         super().__init__(pool)
@@ -446,6 +460,7 @@ class _StreamConn(_Conn):
         self.stream_err = 0
         self.usage_tokens: int | None = None
         self.prompt_tokens: int | None = None
+        self.text: list[str] = []  # kept only when tokens are counted locally
 
     def on_body(self, body: bytes) -> None:
         block = self.block
@@ -457,6 +472,8 @@ class _StreamConn(_Conn):
                 if not self.chunks:
                     block.first_token_ns[self.j] = self.t_last
                 self.chunks.append(self.t_last)
+                if self.pool.owner.counter is not None:
+                    self.text.append(c.text)
             if c.done or c.finish_reason:
                 self.finished = True
             if c.completion_tokens is not None:
@@ -467,15 +484,21 @@ class _StreamConn(_Conn):
                 self.stream_err = _MALFORMED if c.error == MALFORMED else _STREAM_ERROR
 
     def _keep(self, block: RecordBlock, j: int) -> None:
+        owner = self.pool.owner
         if self.chunks:
             block.chunk_times[j] = self.chunks
         if self.usage_tokens is not None:
             block.output_tokens[j] = self.usage_tokens
-            self.pool.owner.usage_rows += 1
+            owner.usage_rows += 1
+        elif owner.counter is not None:  # once per request, not per token
+            block.output_tokens[j] = owner.counter.count("".join(self.text))
+            owner.tokenizer_rows += 1
         elif self.chunks:
             block.output_tokens[j] = len(self.chunks)  # no usage: one token per chunk
         if self.prompt_tokens is not None:
             block.input_tokens[j] = self.prompt_tokens
+        elif owner.prompt_tokens:
+            block.input_tokens[j] = owner.prompt_tokens[(block.base + j) % len(owner.prompt_tokens)]
 
     def on_message_complete(self) -> None:
         block = self.block

@@ -207,6 +207,29 @@ def auth_header(api_key: str | None) -> list[tuple[str, str]]:
     return [("Authorization", f"Bearer {key}")] if key else []
 
 
+class TokenCounter:
+    """Counts tokens with a local ``tokenizer.json`` (the ``tokenizers`` package, an extra)."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            from tailwise.errors import MissingExtra
+
+            raise MissingExtra("--tokenizer", "tokenizers", "tokenizers") from None
+        try:
+            self._tok = Tokenizer.from_file(path)
+        except Exception as exc:  # the library raises its own exception types
+            raise BadInput("--tokenizer", path, f"a tokenizer.json file ({exc})") from None
+        self.name = Path(path).name
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def count_prompt(self, prompt: Prompt) -> int:
+        return self.count(_as_text(prompt))
+
+
 def check_api(api: str) -> str:
     if api not in PATHS:
         raise BadInput("--api", api, f"one of {', '.join(sorted(PATHS))}")

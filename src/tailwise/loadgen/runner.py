@@ -93,6 +93,7 @@ class RunOptions:
     stream: bool = True
     prompts: str | None = None  # a JSONL dataset
     shared_prefix: int | str = 0
+    tokenizer: str | None = None  # a tokenizer.json, for servers that report no usage
 
 
 @dataclass
@@ -115,6 +116,8 @@ class Prepared:
     method: str
     headers: list[tuple[str, str]]
     streaming: bool = False
+    counter: openai.TokenCounter | None = None
+    prompt_tokens: list[int] | None = None  # per request body, counted locally
 
 
 @dataclass
@@ -150,7 +153,7 @@ def _window(o: RunOptions, warmup_ns: int) -> tuple[int | None, int | None]:
     return None, count
 
 
-def _llm_bodies(o: RunOptions) -> list[bytes]:
+def _llm_bodies(o: RunOptions) -> tuple[list[bytes], list[openai.Prompt]]:
     api = openai.check_api(o.api or "")
     if not o.model:
         raise BadInput("--model", None, f"the model name the server serves, for --api {api}")
@@ -171,13 +174,14 @@ def _llm_bodies(o: RunOptions) -> list[bytes]:
         prefix = parse_count(str(o.shared_prefix), "--shared-prefix", minimum=0)
         prompts = list(openai.synthetic_prompts(lengths, o.seed, prefix))
         max_tokens = openai.sample_lengths(str(o.max_tokens), "--max-tokens", n, rng)
-    return openai.bodies(
-        api, o.model, max_tokens, prompts, o.stream, openai.parse_extra_body(o.extra_body)
-    )
+    extra = openai.parse_extra_body(o.extra_body)
+    return openai.bodies(api, o.model, max_tokens, prompts, o.stream, extra), prompts
 
 
-def _requests(o: RunOptions) -> tuple[list[Target], list[list[bytes]], str, list[tuple[str, str]]]:
-    """Targets, rendered requests per target, method and headers."""
+def _requests(
+    o: RunOptions,
+) -> tuple[list[Target], list[list[bytes]], str, list[tuple[str, str]], list[openai.Prompt]]:
+    """Targets, rendered requests per target, method, headers, and the LLM prompts if any."""
     if not o.urls:
         raise BadInput("URL", "", "at least one target URL")
     urls = [openai.api_url(u, o.api) for u in o.urls] if o.api else o.urls
@@ -188,20 +192,24 @@ def _requests(o: RunOptions) -> tuple[list[Target], list[list[bytes]], str, list
     if o.body is not None and o.bodies is not None:
         raise BadInput("--body", "with --bodies", "one of --body or --bodies")
     bodies: list[bytes | None] = [None]
+    prompts: list[openai.Prompt] = []
     if o.api:
-        bodies = list(_llm_bodies(o))
+        llm_bodies, prompts = _llm_bodies(o)
+        bodies = list(llm_bodies)
     elif o.body is not None:
         bodies = [read_body(o.body)]
     elif o.bodies is not None:
         bodies = list(read_bodies_jsonl(o.bodies))
     method = parse_method(o.method) if o.method else ("POST" if bodies != [None] else "GET")
     payloads = [[render(t, method, headers, b) for b in bodies] for t in targets]
-    return targets, payloads, method, headers
+    return targets, payloads, method, headers, prompts
 
 
 def prepare(o: RunOptions) -> Prepared:
-    targets, payloads, method, headers = _requests(o)
+    targets, payloads, method, headers, prompts = _requests(o)
     streaming = bool(o.api in openai.STREAMING_APIS and o.stream)
+    counter = openai.TokenCounter(o.tokenizer) if o.tokenizer else None
+    prompt_tokens = [counter.count_prompt(p) for p in prompts] if counter and prompts else None
     warmup_ns = parse_duration_ns(o.warmup, "--warmup")
     horizon_ns, max_count = _window(o, warmup_ns)
     attain = parse_fraction(o.attainment, "--attainment")
@@ -254,6 +262,8 @@ def prepare(o: RunOptions) -> Prepared:
         method=method,
         headers=headers,
         streaming=streaming,
+        counter=counter,
+        prompt_tokens=prompt_tokens,
     )
 
 
@@ -484,6 +494,8 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
         insecure=p.opts.insecure,
         preconnect=_preconnect(p),
         streaming=p.streaming,
+        counter=p.counter,
+        prompt_tokens=p.prompt_tokens,
     )
     (directory / "run.json").write_text(json.dumps(_run_json(p, started_unix), indent=2) + "\n")
     provisional = p.horizon_ns if p.horizon_ns is not None else 2**62
@@ -528,7 +540,15 @@ def _conclude(p: Prepared, out: Outcome, directory: Path, rows_on_disk: int | No
 def _token_source(out: Outcome) -> dict[str, Any]:
     """Say how output tokens were counted: the server's usage, or one per content chunk."""
     usage_rows = getattr(out.transport, "usage_rows", 0)
-    return {"tokens_counted_by": "server usage" if usage_rows else "content chunks (approximation)"}
+    counted_rows = getattr(out.transport, "tokenizer_rows", 0)
+    counter = getattr(out.transport, "counter", None)
+    if usage_rows:
+        how = "server usage"
+    elif counted_rows and counter is not None:
+        how = f"tokenizer {counter.name}"
+    else:
+        how = "content chunks (approximation)"
+    return {"tokens_counted_by": how}
 
 
 def _write_outputs(
