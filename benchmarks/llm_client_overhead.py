@@ -29,6 +29,7 @@ import numpy as np
 
 from tailwise.metrics import derive
 from tailwise.records import read_jsonl
+from tailwise.server import spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAMS = (1, 100, 300)
@@ -36,29 +37,17 @@ TOKENS = 64
 
 
 def start_lab(truth: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tailwise.server.stream_lab",
-            "--port",
-            "0",
-            "--ttft",
-            "50ms",
-            "--itl",
-            "10ms",
-            "--truth",
-            str(truth),
-            "--lifetime",
-            "300s",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+    return spawn(
+        "tailwise.server.stream_lab",
+        "--ttft",
+        "50ms",
+        "--itl",
+        "10ms",
+        "--truth",
+        str(truth),
+        "--lifetime",
+        "300s",
     )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    assert line.startswith("listening on "), line
-    return proc, line.removeprefix("listening on ")
 
 
 def trial(streams: int, work: Path) -> dict[str, Any]:

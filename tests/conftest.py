@@ -3,31 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 
 import pytest
 
-
-def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tailwise.server.loopback",
-            "--port",
-            "0",
-            "--lifetime",
-            "120s",
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    assert line.startswith("listening on "), line
-    return proc, line.removeprefix("listening on ")
+from tailwise.server import spawn
 
 
 @pytest.fixture
@@ -36,7 +16,7 @@ def loopback() -> Iterator[Callable[..., str]]:
     procs: list[subprocess.Popen[str]] = []
 
     def start(*args: str) -> str:
-        proc, url = _start(list(args))
+        proc, url = spawn("tailwise.server.loopback", "--lifetime", "120s", *args)
         procs.append(proc)
         return url
 

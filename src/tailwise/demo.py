@@ -7,32 +7,15 @@ capacity 800 req/s, so the numbers can be checked against Erlang C.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
 from tailwise.report.text import print_summary
+from tailwise.server import spawn
 
 DEMO_ARGS = ["--service", "exp:5ms", "--workers", "4", "--lifetime", "300s"]
 
 
-def start_loopback(args: list[str]) -> tuple[subprocess.Popen[str], str]:
-    """Start the loopback target in its own process (its own core); returns (proc, base URL)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tailwise.server.loopback", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise RuntimeError(f"loopback target did not start: {line!r}")
-    return proc, line.removeprefix("listening on ")
-
-
 def run_demo(rate: str, duration: str) -> int:
-    proc, base = start_loopback(DEMO_ARGS)
+    proc, base = spawn("tailwise.server.loopback", *DEMO_ARGS)
     try:
         print(f"demo target: {base}  (M/M/4, 5 ms mean service, capacity 800 req/s)")
         opts = RunOptions(

@@ -14,35 +14,25 @@ import pytest
 import tailwise
 from tailwise.errors import BadInput
 from tailwise.loadgen.runner import RunOptions, prepare
+from tailwise.server import spawn
 
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A stream lab with TTFT 50 ms and ITL 10 ms, and its truth log."""
     truth = tmp_path / "truth.jsonl"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tailwise.server.stream_lab",
-            "--port",
-            "0",
-            "--ttft",
-            "50ms",
-            "--itl",
-            "10ms",
-            "--truth",
-            str(truth),
-            "--lifetime",
-            "120s",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+    proc, url = spawn(
+        "tailwise.server.stream_lab",
+        "--ttft",
+        "50ms",
+        "--itl",
+        "10ms",
+        "--truth",
+        str(truth),
+        "--lifetime",
+        "120s",
     )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    assert line.startswith("listening on "), line
-    yield line.removeprefix("listening on "), truth
+    yield url, truth
     proc.terminate()
     proc.wait(timeout=10)
 

@@ -38,8 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import httptools
-
+from tailwise.server import RequestProtocol
 from tailwise.units import parse_duration_ns
 
 _REASONS = {
@@ -102,37 +101,14 @@ class Server:
         return start + work
 
 
-class _Http(asyncio.Protocol):
+class _Http(RequestProtocol):
     def __init__(self, server: Server) -> None:
+        super().__init__()
         self.server = server
-        self.parser = httptools.HttpRequestParser(self)
-        self.transport: Any = None
-        self.body = bytearray()
-        self.url = b""
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            self.transport.close()
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
-    def on_body(self, body: bytes) -> None:
-        self.body += body
-
-    def on_message_complete(self) -> None:
+    def handle(self, url: bytes, body: bytes) -> None:
         srv = self.server
         arrival = time.monotonic() - srv.epoch
-        body, url = bytes(self.body), self.url
-        self.body, self.url = bytearray(), b""
         steer = _steer(body)
         action = steer.get("action")
         if action == "reset":

@@ -30,8 +30,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-import httptools
-
+from tailwise.server import RequestProtocol
 from tailwise.units import parse_duration_ns
 
 
@@ -46,33 +45,13 @@ def _event(obj: object) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)  # one HTTP chunk per SSE event
 
 
-class _Http(asyncio.Protocol):
+class _Http(RequestProtocol):
     def __init__(self, lab: Lab) -> None:
+        super().__init__()
         self.lab = lab
-        self.parser = httptools.HttpRequestParser(self)
-        self.transport: Any = None
-        self.url = b""
-        self.body = bytearray()
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            self.transport.close()
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
-    def on_body(self, body: bytes) -> None:
-        self.body += body
-
-    def on_message_complete(self) -> None:
+    def handle(self, url: bytes, body: bytes) -> None:
         arrival = time.monotonic_ns()
-        url, body = self.url, bytes(self.body)
-        self.url, self.body = b"", bytearray()
         try:
             req = json.loads(body or b"{}")
         except ValueError:
