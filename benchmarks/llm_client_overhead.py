@@ -30,6 +30,7 @@ import numpy as np
 from tailwise.metrics import derive
 from tailwise.records import read_jsonl
 from tailwise.server import spawn
+from tailwise.server.stream_lab import read_truth
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAMS = (1, 100, 300)
@@ -95,9 +96,8 @@ def trial(streams: int, work: Path) -> dict[str, Any]:
     ok = rec.error == 0
     c_ttft = derive.service_ttft_ns(rec)[ok] / 1e6
     c_itl = derive.itl_gaps_ns(rec, ok) / 1e6
-    rows = [json.loads(x) for x in truth.read_text().splitlines()]
-    s_ttft = np.array([r["chunks_ns"][0] - r["arrival_ns"] for r in rows]) / 1e6
-    s_itl = np.concatenate([np.diff(r["chunks_ns"]) for r in rows]) / 1e6
+    ttft_ns, gaps_ns = read_truth(truth)
+    s_ttft, s_itl = np.array(ttft_ns) / 1e6, np.array(gaps_ns) / 1e6
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
     def err(client: np.ndarray, server: np.ndarray, pct: float) -> float:
@@ -107,7 +107,7 @@ def trial(streams: int, work: Path) -> dict[str, Any]:
     return {
         "streams": streams,
         "requests": int(ok.sum()),
-        "server_requests": len(rows),
+        "server_requests": len(ttft_ns),
         "ttft_p50_ms": round(float(np.median(c_ttft)), 2),
         "ttft_err_p50_ms": err(c_ttft, s_ttft, 50),
         "ttft_err_p99_ms": err(c_ttft, s_ttft, 99),

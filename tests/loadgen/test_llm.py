@@ -15,6 +15,7 @@ import tailwise
 from tailwise.errors import BadInput
 from tailwise.loadgen.runner import RunOptions, prepare
 from tailwise.server import spawn
+from tailwise.server.stream_lab import read_truth
 
 
 @pytest.fixture
@@ -38,10 +39,8 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def truth_ms(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    rows = [json.loads(x) for x in path.read_text().splitlines()]
-    ttft = np.array([r["chunks_ns"][0] - r["arrival_ns"] for r in rows]) / 1e6
-    itl = np.concatenate([np.diff(r["chunks_ns"]) for r in rows]) / 1e6
-    return ttft, itl
+    ttft_ns, gaps_ns = read_truth(path)
+    return np.array(ttft_ns) / 1e6, np.array(gaps_ns) / 1e6
 
 
 @pytest.mark.parametrize("streams", [1, 50])

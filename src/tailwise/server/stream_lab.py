@@ -25,9 +25,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, TextIO
 
 from tailwise.server import RequestProtocol
@@ -124,6 +126,22 @@ class _Http(RequestProtocol):
             )
             self.transport.write(head % len(body) + body)
             self.lab.served += 1
+
+
+def read_truth(path: str | Path) -> tuple[list[int], list[int]]:
+    """The truth log as ``(ttft_ns per stream, every inter-chunk gap in ns)``.
+
+    TTFT here is the server's own: first content chunk written minus request arrival.
+    """
+    ttft: list[int] = []
+    gaps: list[int] = []
+    for line in Path(path).read_text().splitlines():
+        row = json.loads(line)
+        sent = row["chunks_ns"]
+        if sent:
+            ttft.append(sent[0] - row["arrival_ns"])
+            gaps.extend(b - a for a, b in itertools.pairwise(sent))
+    return ttft, gaps
 
 
 def _chunk(chat: bool, part: object, finish: str | None = None) -> dict[str, Any]:
