@@ -152,14 +152,207 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
     sys.exit(result.exit_code)
 
 
-@cli.command()
-@click.option("--rate", default="300/s", show_default=True)
-@click.option("--duration", default="8s", show_default=True)
-def demo(rate: str, duration: str) -> None:
-    """Start a built-in loopback target and measure it (no server of your own needed)."""
-    from tailwise.demo import run_demo
+def _base_options(urls: tuple[str, ...], command: str, kw: dict[str, Any]) -> Any:
+    """RunOptions shared by every step of a sweep or knee search (no --rate of their own)."""
+    from tailwise.loadgen.runner import RunOptions
 
-    sys.exit(run_demo(rate, duration))
+    if kw.pop("rate", None):
+        raise BadInput("--rate", "given", f"no --rate with {command}: it chooses the rates")
+    kw["slo"] = list(kw["slo"])
+    kw["header"] = list(kw["header"])
+    kw["name"] = kw.get("name") or command
+    return RunOptions(urls=list(urls), **kw)
+
+
+def _search_dir(opts: Any) -> Any:
+    import dataclasses
+
+    from tailwise.loadgen.runner import prepare, run_directory
+
+    # Prepared once with a stand-in rate: checks every option before the first step.
+    return run_directory(opts, prepare(dataclasses.replace(opts, rate="1/s")).targets[0])
+
+
+@cli.command()
+@click.argument("urls", nargs=-1, required=True)
+@click.option("--rates", required=True, help="10,20,40 (rates per second), or auto.")
+@click.option("--start", default="10/s", show_default=True, help="With --rates auto: first rate.")
+@_run_options
+def sweep(
+    urls: tuple[str, ...], rates: str, start: str, as_json: bool, quiet: bool, **kw: Any
+) -> None:
+    """Run URL at each offered rate in turn (one run directory per step) and find the knee."""
+    from tailwise.loadgen.sweep import Sweep, parse_rates
+    from tailwise.report.text import print_sweep
+    from tailwise.units import parse_rate_rps
+
+    chosen = parse_rates(rates)
+    first = parse_rate_rps(start, "--start")
+    opts = _base_options(urls, "sweep", kw)
+    out_dir = _search_dir(opts)
+
+    def on_step(i: int, n: int, rate: float, step: Any) -> None:
+        if step is not None and not quiet:
+            r = step.summary["rates"]
+            click.echo(
+                f"[{i + 1}/{n}] {rate:g}/s  throughput {r['throughput_rps']:.1f}/s  "
+                f"goodput {r['goodput_rps']:.1f}/s  {step.summary['verdict']}",
+                err=True,
+            )
+
+    runner = Sweep(opts, out_dir, on_step)
+    if chosen is None:
+        runner.run_auto(first)
+    else:
+        runner.run_rates(chosen)
+    doc = runner.write()
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    if not quiet:
+        print_sweep(doc, stderr=as_json)
+        click.echo(f"saved     {out_dir}/sweep.json", err=as_json)
+    sys.exit(3 if runner.note.startswith(("stopped", "interrupted")) else 0)
+
+
+@cli.command()
+@click.argument("urls", nargs=-1, required=True)
+@click.option("--start", default="10/s", show_default=True, help="First rate tried.")
+@click.option("--min-rate", default="0.5/s", show_default=True, help="Lowest rate tried.")
+@click.option("--max-rate", default="100000/s", show_default=True, help="Highest rate tried.")
+@click.option(
+    "--resolution", default="5%", show_default=True, help="Stop bisecting at this relative width."
+)
+@click.option(
+    "--repeats", default=1, show_default=True, type=int, help="Extra runs of the final bracket."
+)
+@_run_options
+def knee(
+    urls: tuple[str, ...],
+    start: str,
+    min_rate: str,
+    max_rate: str,
+    resolution: str,
+    repeats: int,
+    as_json: bool,
+    quiet: bool,
+    **kw: Any,
+) -> None:
+    """Find the highest offered rate at which every SLO holds (bracket, bisect, repeat)."""
+    from tailwise.knee import KneeAborted, KneeSearch
+    from tailwise.loadgen.sweep import knee_trial
+    from tailwise.units import parse_fraction, parse_rate_rps
+
+    if not kw["slo"]:
+        raise BadInput("--slo", "nothing", "at least one SLO, e.g. --slo 'p99(latency)<=200ms'")
+    res = parse_fraction(resolution, "--resolution")
+    if not 0 < res < 1 or repeats < 0:
+        raise BadInput("--resolution", resolution, "a width between 0% and 100%, e.g. 5%")
+    lo, first, hi = (
+        parse_rate_rps(v, f)
+        for v, f in ((min_rate, "--min-rate"), (start, "--start"), (max_rate, "--max-rate"))
+    )
+    opts = _base_options(urls, "knee", kw)
+    out_dir = _search_dir(opts)
+
+    def on_trial(t: Any) -> None:
+        if not quiet:
+            mark = "pass" if t.passed else "fail"
+            click.echo(f"  {t.phase:<8} {t.rate_rps:10.4g}/s  {mark}", err=True)
+
+    search = KneeSearch(
+        knee_trial(opts, out_dir), resolution=res, repeats=repeats, on_trial=on_trial
+    )
+    code = 0
+    try:
+        result = search.run(first, lo, hi)
+    except KneeAborted as exc:
+        if exc.result is None:
+            click.echo(f"tailwise: knee: {exc}", err=True)
+            sys.exit(3)
+        result, code = exc.result, 3
+    doc = result.to_json(list(opts.slo))
+    (out_dir / "knee.json").write_text(json.dumps(doc, indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    if not quiet:
+        _print_knee(doc, str(out_dir), stderr=as_json)
+    sys.exit(code)
+
+
+def _print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
+    knee_rps, band = doc["knee_rps"], doc["band_rps"]
+    if knee_rps is None:
+        click.echo("knee      none found", err=stderr)
+    else:
+        where = f"  band {band[0]:.4g}-{band[1]:.4g}/s" if band else ""
+        click.echo(f"knee      {knee_rps:.4g}/s{where}  ({len(doc['trials'])} trials)", err=stderr)
+    if doc["note"]:
+        click.echo(f"note      {doc['note']}", err=stderr)
+    click.echo(f"saved     {directory}/knee.json", err=stderr)
+
+
+@cli.command()
+@click.option("--window", default="6s", show_default=True, help="Measurement window per step.")
+@click.option("--rates", help="Offered rates to sweep (default 4,8,...,32,40).")
+def demo(window: str, rates: str | None) -> None:
+    """Start the built-in LLM server and sweep it past its knee (no server of your own needed)."""
+    from tailwise.demo import DEMO_RATES, run_demo
+    from tailwise.loadgen.sweep import parse_rates
+
+    chosen = parse_rates(rates) if rates else list(DEMO_RATES)
+    if chosen is None:
+        raise BadInput("--rates", rates, "a list of rates (auto is for tailwise sweep)")
+    sys.exit(run_demo(window, tuple(chosen)))
+
+
+_SERVE_OPTIONS = [
+    ("--model", "tailwise-demo", "llm/embed: the served model name."),
+    ("--step-base", "4ms", "llm: fixed cost of an engine step (a)."),
+    ("--per-prefill-token", "20us", "llm: cost per prompt token prefilled in a step (b)."),
+    ("--per-seq", "300us", "llm: cost per decoding sequence in a step (c)."),
+    ("--max-num-seqs", "32", "llm: batch slots."),
+    ("--kv-cache-tokens", "131072", "llm: KV budget; admission waits when full."),
+    ("--chunked-prefill", "0", "llm: prefill token budget per step (0: off)."),
+    ("--max-waiting", "128", "llm: waiting queue bound; full -> 429."),
+    ("--max-model-len", "4096", "llm: context limit; longer -> 400."),
+    ("--request-timeout", "60s", "llm: server-side deadline per request."),
+    ("--max-batch", "32", "embed: inputs per batch."),
+    ("--max-wait", "5ms", "embed: longest wait for a batch to fill."),
+    ("--batch-base", "4ms", "embed: fixed cost of a batch (c0)."),
+    ("--per-item", "900us", "embed: cost per input in a batch (c1)."),
+    ("--max-waiting-inputs", "4096", "embed: queue bound in inputs; full -> 429."),
+    ("--dim", "16", "embed: embedding dimension."),
+    ("--workers", "4", "http: FCFS workers (0: unlimited)."),
+    ("--service", "exp:5ms", "http: service time, <duration> or exp:<duration>."),
+]
+
+
+def _serve_options(f: F) -> F:
+    for name, default, help_text in reversed(_SERVE_OPTIONS):
+        f = click.option(name, default=default, show_default=True, help=help_text)(f)
+    return f
+
+
+@cli.command("serve-demo")
+@click.option(
+    "--kind", type=click.Choice(["llm", "embed", "http"]), default="llm", show_default=True
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int, help="0 picks a free port.")
+@click.option("--lifetime", help="Exit after this long (default: until Ctrl-C).")
+@_serve_options
+@click.option("--straggler", help="http: e.g. 1%x10, one request in 100 is 10x slower.")
+@click.option("--stall", help="http: S/P, e.g. 1s/10s: stall 1 s every 10 s.")
+@click.option("--seed", default=0, show_default=True, type=int, help="http: service-time seed.")
+def serve_demo(host: str, port: int, lifetime: str | None, **kw: Any) -> None:
+    """Serve a built-in target (llm, embed or http) whose capacity is known in closed form."""
+    from tailwise.server.apps import config_from_options, describe, serve
+    from tailwise.units import parse_duration_ns
+
+    cfg = config_from_options(kw)
+    lifetime_s = parse_duration_ns(lifetime, "--lifetime") / 1e9 if lifetime else None
+    click.echo(describe(cfg), err=True)
+    serve(cfg, host, port, lifetime_s)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,36 +1,110 @@
-"""``tailwise demo``: a loopback target with a known law, measured by ``tailwise run``.
+"""``tailwise demo``: a continuous-batching LLM server on loopback, swept past its knee.
 
-The target is the built-in queueing lab (:mod:`tailwise.server.loopback`):
-4 FCFS workers with exponential 5 ms service, i.e. an M/M/4 queue with
-capacity 800 req/s, so the numbers can be checked against Erlang C.
+The target is ``tailwise serve-demo --kind llm`` with its defaults (see
+docs/demo-server.md): about 30 requests/s of 128-token prompts with 64-token
+answers saturate it. The sweep offers 4 to 40 requests/s, each step a real
+open-loop run with its own directory, and prints offered load against
+throughput and goodput, TTFT and TPOT, with the knee marked.
 """
 
 from __future__ import annotations
 
-from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
-from tailwise.report.text import print_summary
-from tailwise.server import spawn
+import datetime as dt
+import time
+from pathlib import Path
 
-DEMO_ARGS = ["--service", "exp:5ms", "--workers", "4", "--lifetime", "300s"]
+from rich.console import Console
+
+from tailwise.capacity import llm_idle_ttft_s, llm_saturated_rps
+from tailwise.loadgen.runner import RunOptions
+from tailwise.loadgen.sweep import Step, Sweep
+from tailwise.report.text import print_sweep
+from tailwise.server import spawn_demo
+from tailwise.server.engine import EngineConfig
+
+DEMO_RATES = (4.0, 8.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0)
+PROMPT_TOKENS, OUTPUT_TOKENS = 128, 64
+DEMO_SLOS = ["ttft<=300ms", "tpot<=25ms"]
 
 
-def run_demo(rate: str, duration: str) -> int:
-    proc, base = spawn("tailwise.server.loopback", *DEMO_ARGS)
+def demo_options(base_url: str, window: str) -> RunOptions:
+    return RunOptions(
+        urls=[base_url + "/v1/completions"],
+        api="openai-completions",
+        model="tailwise-demo",
+        max_tokens=OUTPUT_TOKENS,
+        input_tokens=PROMPT_TOKENS,
+        arrival="poisson",
+        duration=window,
+        warmup="1s",
+        timeout="8s",  # bounds each step's drain past the knee; late answers count as misses
+        slo=list(DEMO_SLOS),
+    )
+
+
+def _step_line(console: Console, i: int, n: int, rate: float, step: Step | None) -> None:
+    if step is None:
+        if console.is_terminal:
+            console.print(f"[dim][{i + 1}/{n}] offering {rate:g}/s ...[/dim]", end="\r")
+        return
+    s = step.summary
+    r = s["rates"]
+    ttft = (s.get("ttft_ms") or {}).get("p99")
+    ttft_text = f"{ttft:.0f}ms" if ttft is not None else "-"
+    console.print(
+        f"[{i + 1}/{n}] {rate:>3g}/s  throughput {r['throughput_rps']:4.1f}/s  "
+        f"goodput {r['goodput_rps']:4.1f}/s  TTFT p99 {ttft_text:>6}  {s['verdict']}"
+    )
+
+
+def run_demo(window: str = "6s", rates: tuple[float, ...] = DEMO_RATES) -> int:
+    console = Console(highlight=False)
+    cfg = EngineConfig()
+    capacity = llm_saturated_rps(
+        cfg.base_s,
+        cfg.prefill_s_per_token,
+        cfg.decode_s_per_seq,
+        cfg.max_num_seqs,
+        PROMPT_TOKENS,
+        OUTPUT_TOKENS,
+    )
+    proc, base = spawn_demo("llm")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = Path("runs") / f"{stamp}-demo-sweep"
+    out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        print(f"demo target: {base}  (M/M/4, 5 ms mean service, capacity 800 req/s)")
-        opts = RunOptions(
-            urls=[base + "/predict"],
-            rate=rate,
-            arrival="poisson",
-            duration=duration,
-            warmup="1s",
-            name="demo",
-            slo=["p99(latency)<=50ms", "latency<=25ms"],
+        console.print(
+            f"[bold]tailwise demo[/bold]: an LLM server with continuous batching at {base}"
         )
-        prepared = prepare(opts)
-        result = execute(prepared, run_directory(opts, prepared.targets[0]))
-        print_summary(result.summary, str(result.directory))
-        return result.exit_code
+        console.print(
+            f"  {PROMPT_TOKENS}-token prompts, {OUTPUT_TOKENS}-token answers; closed form: "
+            f"saturates near {capacity:.0f} req/s, idle TTFT "
+            f"{llm_idle_ttft_s(cfg.base_s, cfg.prefill_s_per_token, PROMPT_TOKENS) * 1e3:.1f} ms"
+        )
+        console.print(f"  SLOs per request: {', '.join(DEMO_SLOS)} (99% must meet both)\n")
+        started = time.monotonic()
+        sweep = Sweep(demo_options(base, window), out_dir, lambda *a: _step_line(console, *a))
+        sweep.run_rates(list(rates))
+        doc = sweep.write()
+        console.print()
+        print_sweep(doc)
+        console.print(f"[dim]saved     {out_dir}/ (sweep.json and one run directory per step)")
+        console.print(f"[dim]took      {time.monotonic() - started:.0f} s[/dim]\n")
+        _next_steps(console)
+        return 0 if doc["knee_rps"] is not None and not sweep.note else 3
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def _next_steps(console: Console) -> None:
+    console.print("[bold]Goodput[/bold] tracks throughput until the batch is full; past the knee")
+    console.print("requests queue for a slot, TTFT explodes and goodput collapses while")
+    console.print("throughput stays flat. Next, point tailwise at your own endpoint:\n")
+    console.print(
+        "  tailwise run http://localhost:8000/v1/chat/completions --api openai-chat \\\n"
+        "      --model MODEL --rate 5/s --duration 60s --slo 'ttft<=500ms' --slo 'tpot<=50ms'\n"
+        "  tailwise sweep http://localhost:8000/v1/chat/completions --api openai-chat \\\n"
+        "      --model MODEL --rates 1,2,4,8,16 --duration 30s --slo 'ttft<=500ms'\n"
+        "  tailwise serve-demo --kind llm      # this demo's server, to experiment with"
+    )

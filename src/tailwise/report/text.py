@@ -153,3 +153,57 @@ def render(s: dict[str, Any], directory: str | None = None) -> Group:
 
 def print_summary(s: dict[str, Any], directory: str | None = None, *, stderr: bool = False) -> None:
     Console(stderr=stderr, highlight=False).print(render(s, directory))
+
+
+def render_sweep(doc: dict[str, Any]) -> Group:
+    """sweep.json as a table: offered vs throughput and goodput, tails, the knee marked.
+
+    ``rate`` is the rate asked for; ``offered`` is what the schedule really
+    offered in the window (Poisson counts vary), the base of throughput.
+    """
+    steps = doc["steps"]
+    llm = any("ttft_ms" in row for row in steps)
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name in ("rate", "offered", "thruput", "goodput", "attain"):
+        table.add_column(name, justify="right")
+    cols = (
+        (("ttft_ms", "p50"), ("ttft_ms", "p99"), ("tpot_ms", "p99"))
+        if llm
+        else (
+            ("latency_ms", "p50"),
+            ("latency_ms", "p99"),
+        )
+    )
+    for dist, q in cols:
+        label = dist.removesuffix("_ms").upper() if llm else "lat."
+        table.add_column(f"{label} {q}", justify="right")
+    table.add_column("verdict")
+    knee = doc.get("knee_rps")
+    for row in steps:
+        cells = [
+            f"{row['offered_rps']:g}/s",
+            f"{row['measured_offered_rps']:.1f}",
+            f"{row['throughput_rps']:.1f}",
+            f"{row['goodput_rps']:.1f}",
+            f"{row['attainment']:.0%}",
+        ]
+        cells += [_ms((row.get(dist) or {}).get(q)) for dist, q in cols]
+        verdict = Text(row["verdict"], _VERDICT_STYLE[row["verdict"]])
+        if knee is not None and row["offered_rps"] == knee:
+            verdict.append(" ◀", "bold cyan")
+        table.add_row(*cells, verdict)
+    parts: list[Any] = [table]
+    if knee is not None:
+        line = f"knee ◀    {knee:g}/s: the highest rate at which every SLO held"
+        parts.append(Text(line, "bold"))
+    else:
+        parts.append(Text("knee      none: the lowest rate already failed", "bold yellow"))
+    if doc.get("slos"):
+        parts.append(Text("SLOs      " + "  ".join(doc["slos"])))
+    if doc.get("note"):
+        parts.append(Text(f"note      {doc['note']}", "yellow"))
+    return Group(*parts)
+
+
+def print_sweep(doc: dict[str, Any], *, stderr: bool = False) -> None:
+    Console(stderr=stderr, highlight=False).print(render_sweep(doc))

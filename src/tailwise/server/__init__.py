@@ -53,9 +53,9 @@ class RequestProtocol(asyncio.Protocol):
 
 
 def spawn(module: str, *args: str) -> tuple[subprocess.Popen[str], str]:
-    """Run ``python -m module --port 0 args...``; returns the process and its base URL."""
+    """Run ``python -m module args... --port 0``; returns the process and its base URL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, "--port", "0", *args], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", module, *args, "--port", "0"], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -63,3 +63,8 @@ def spawn(module: str, *args: str) -> tuple[subprocess.Popen[str], str]:
         proc.kill()
         raise RuntimeError(f"{module} did not start: {line!r}")
     return proc, line.removeprefix("listening on ")
+
+
+def spawn_demo(kind: str, *args: str, lifetime: str = "600s") -> tuple[subprocess.Popen[str], str]:
+    """Start ``tailwise serve-demo --kind kind args...`` on a free port (needs ``[server]``)."""
+    return spawn("tailwise", "serve-demo", "--kind", kind, "--lifetime", lifetime, *args)

@@ -28,17 +28,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import heapq
 import json
-import math
-import random
 import socket
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
+from tailwise.errors import BadInput
 from tailwise.server import RequestProtocol
+from tailwise.server.law import Law, QueueLab, parse_law
 from tailwise.units import parse_duration_ns
 
 _REASONS = {
@@ -51,58 +49,8 @@ _REASONS = {
 }
 
 
-@dataclass
-class Law:
-    service_s: float = 0.005
-    distribution: str = "constant"  # constant | exp
-    workers: int = 0
-    stall_s: float = 0.0
-    period_s: float = 0.0
-    seed: int = 0
-
-
-def parse_law(service: str, workers: int, stall: str | None, seed: int) -> Law:
-    dist, _, value = service.rpartition(":")
-    law = Law(parse_duration_ns(value, "--service") / 1e9, dist or "constant", workers, seed=seed)
-    if law.distribution not in ("constant", "exp"):
-        raise SystemExit("--service: expected <duration> or exp:<duration>")
-    if stall:
-        s, _, p = stall.partition("/")
-        law.stall_s = parse_duration_ns(s, "--stall") / 1e9
-        law.period_s = parse_duration_ns(p or "10s", "--stall") / 1e9
-    return law
-
-
-class Server:
-    def __init__(self, law: Law) -> None:
-        self.law = law
-        self.rng = random.Random(law.seed)
-        self.epoch = time.monotonic()
-        self.free_at: list[float] = [0.0] * law.workers  # heap of worker free instants
-        self.served = 0
-
-    def service_s(self) -> float:
-        if self.law.distribution == "exp":
-            return self.rng.expovariate(1.0 / self.law.service_s)
-        return self.law.service_s
-
-    def finish_at(self, arrival: float, extra_s: float) -> float:
-        """Server-clock instant the response is due (see the module's law)."""
-        start = arrival
-        law = self.law
-        if law.stall_s > 0 and law.period_s > 0:
-            k = math.floor(arrival / law.period_s)
-            if arrival < k * law.period_s + law.stall_s:
-                start = k * law.period_s + law.stall_s
-        work = self.service_s() + extra_s
-        if law.workers > 0:
-            start = max(start, self.free_at[0])
-            heapq.heapreplace(self.free_at, start + work)
-        return start + work
-
-
 class _Http(RequestProtocol):
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: QueueLab) -> None:
         super().__init__()
         self.server = server
 
@@ -172,7 +120,7 @@ async def serve(
     law: Law, host: str, port: int, lifetime_s: float, tls: tuple[str, str] | None = None
 ) -> None:
     loop = asyncio.get_running_loop()
-    server = Server(law)
+    server = QueueLab(law)
     ctx = None
     if tls:
         import ssl
@@ -203,7 +151,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tls-key", default=None, help="PEM private key for --tls-cert")
     a = ap.parse_args(argv)
     tls = (a.tls_cert, a.tls_key) if a.tls_cert else None
-    law = parse_law(a.service, a.workers, a.stall, a.seed)
+    try:
+        law = parse_law(a.service, a.workers, a.stall, a.seed)
+    except BadInput as exc:
+        raise SystemExit(str(exc)) from None
     try:
         import uvloop
 

@@ -1,0 +1,214 @@
+"""Load sweeps: one open-loop run per offered rate, lowest first, each a full run.
+
+Every step is an ordinary run (its own directory, records, summary.json) with
+its own warm-up, measurement window and drain: the runner waits for the
+step's in-flight requests (up to the request timeout) before the next step
+starts, so one step's backlog never leaks into the next one's numbers.
+
+``sweep.json`` lists the steps and the sweep's knee: the highest offered rate
+at which that step and every lower one passed all SLOs. A step the generator
+could not keep up with is ``invalid`` and ends the sweep (rates beyond it
+would measure the client, not the target); so does an interrupted step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tailwise import __version__
+from tailwise.errors import BadInput
+from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
+from tailwise.units import parse_rate_rps
+
+SCHEMA = "tailwise.sweep/1"
+RATES_FORM = "a comma-separated list of rates such as 10,20,40 or 10/s,20/s, or auto"
+AUTO_MAX_STEPS = 10
+
+
+def parse_rates(text: str) -> list[float] | None:
+    """``"10,20,40"`` -> [10.0, 20.0, 40.0], sorted; ``"auto"`` -> None."""
+    if text.strip() == "auto":
+        return None
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise BadInput("--rates", text, RATES_FORM)
+    rates = sorted({parse_rate_rps(p if "/" in p else p.strip() + "/s", "--rates") for p in parts})
+    return rates
+
+
+@dataclass(frozen=True)
+class Step:
+    rate_rps: float
+    directory: Path
+    summary: dict[str, Any]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.summary["verdict"] == "pass")
+
+
+def step_row(step: Step) -> dict[str, Any]:
+    """One line of sweep.json: what a table or a plot of the sweep needs."""
+    s = step.summary
+    row: dict[str, Any] = {
+        "offered_rps": step.rate_rps,
+        "directory": str(step.directory),
+        **{k: s["rates"][k] for k in ("throughput_rps", "goodput_rps", "attainment", "error_rate")},
+        "measured_offered_rps": s["rates"]["offered_rps"],
+        "verdict": s["verdict"],
+        "verdict_reason": s["verdict_reason"],
+    }
+    for dist in ("latency_ms", "ttft_ms", "tpot_ms"):
+        if s.get(dist):
+            row[dist] = {q: s[dist][q] for q in ("p50", "p90", "p99")}
+    if s.get("tokens"):
+        row["output_tps"] = s["tokens"].get("output_tps")
+    return row
+
+
+def knee_rps(steps: list[Step]) -> float | None:
+    """The highest rate at which this step and every lower one passed (None if the first failed)."""
+    knee = None
+    for step in sorted(steps, key=lambda s: s.rate_rps):
+        if not step.passed:
+            break
+        knee = step.rate_rps
+    return knee
+
+
+def sweep_json(steps: list[Step], target: Any, slos: list[str], note: str) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "tool_version": __version__,
+        "target": target,
+        "slos": slos,
+        "steps": [step_row(s) for s in steps],
+        "knee_rps": knee_rps(steps),
+        "note": note,
+    }
+
+
+OnStep = Callable[[int, int, float, Step | None], None]
+
+
+class Sweep:
+    """Runs the steps; ``on_step(i, n, rate, None)`` before a step and with its result after."""
+
+    def __init__(self, base: RunOptions, out_dir: Path, on_step: OnStep | None = None) -> None:
+        if base.concurrency is not None:
+            raise BadInput("--concurrency", base.concurrency, "no --concurrency in a rate sweep")
+        self.base = base
+        self.out_dir = out_dir
+        self.on_step = on_step or (lambda *a: None)
+        self.steps: list[Step] = []
+        self.note = ""
+
+    def run_step(self, rate_rps: float, index: int, total: int) -> Step:
+        opts = dataclasses.replace(
+            self.base,
+            rate=f"{rate_rps:g}/s",
+            out=str(self.out_dir / f"step-{index + 1:02d}-{rate_rps:g}rps"),
+            progress=False,
+        )
+        self.on_step(index, total, rate_rps, None)
+        prepared = prepare(opts)
+        result = execute(prepared, run_directory(opts, prepared.targets[0]))
+        step = Step(rate_rps, result.directory, result.summary)
+        self.steps.append(step)
+        self.on_step(index, total, rate_rps, step)
+        return step
+
+    def stop_reason(self, step: Step) -> str:
+        s = step.summary
+        if s.get("interrupted"):
+            return f"interrupted at {step.rate_rps:g}/s"
+        if s["verdict"] == "invalid":
+            return f"stopped at {step.rate_rps:g}/s: {s['verdict_reason']}"
+        return ""
+
+    def run_rates(self, rates: list[float]) -> None:
+        for i, rate in enumerate(rates):
+            step = self.run_step(rate, i, len(rates))
+            self.note = self.stop_reason(step)
+            if self.note:
+                return
+
+    def run_auto(self, start_rps: float, refine: int = 3) -> None:
+        """Double from ``start_rps`` until a step fails, then fill the last bracket."""
+        rate, last_pass = start_rps, None
+        for i in range(AUTO_MAX_STEPS):
+            step = self.run_step(rate, i, AUTO_MAX_STEPS)
+            self.note = self.stop_reason(step)
+            if self.note:
+                return
+            if not step.passed:
+                break
+            last_pass, rate = rate, rate * 2
+        else:
+            self.note = f"every rate up to {rate / 2:g}/s passed; no knee found"
+            return
+        if last_pass is None:
+            self.note = f"the first rate, {start_rps:g}/s, already fails; try a lower --start"
+            return
+        inner = [last_pass + (rate - last_pass) * k / (refine + 1) for k in range(1, refine + 1)]
+        for j, r in enumerate(inner):
+            step = self.run_step(_round_rate(r), len(self.steps), len(self.steps) + refine - j)
+            self.note = self.stop_reason(step)
+            if self.note:
+                return
+        self.steps.sort(key=lambda s: s.rate_rps)
+
+    def write(self) -> dict[str, Any]:
+        first = self.steps[0].summary if self.steps else {}
+        doc = sweep_json(self.steps, first.get("target"), list(self.base.slo), self.note)
+        (self.out_dir / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
+        return doc
+
+
+def _round_rate(rate: float) -> float:
+    """Three significant figures: step directories and tables stay readable."""
+    if rate <= 0:
+        return rate
+    digits = 2 - math.floor(math.log10(rate))
+    return round(rate, max(digits, 0))
+
+
+def knee_trial(base: RunOptions, out_dir: Path) -> Callable[[float], Any]:
+    """A knee-search trial that runs one open-loop step per call, in ``out_dir/trial-NN-R``."""
+    from tailwise.knee import Outcome
+
+    counter = iter(range(1, 10_000))
+    tries: dict[float, int] = {}
+
+    def trial(rate_rps: float) -> Outcome:
+        n = next(counter)
+        # A rate tried again gets a fresh schedule seed, so repeats measure noise;
+        # first tries share the base seed (common random numbers across rates).
+        tries[rate_rps] = tries.get(rate_rps, -1) + 1
+        opts = dataclasses.replace(
+            base,
+            rate=f"{rate_rps:.6g}/s",
+            seed=base.seed + tries[rate_rps],
+            out=str(out_dir / f"trial-{n:02d}-{_round_rate(rate_rps):g}rps"),
+            progress=False,
+        )
+        prepared = prepare(opts)
+        result = execute(prepared, run_directory(opts, prepared.targets[0]))
+        s = result.summary
+        invalid = s["verdict_reason"] if s["verdict"] == "invalid" else ""
+        detail = {
+            "goodput_rps": s["rates"]["goodput_rps"],
+            "throughput_rps": s["rates"]["throughput_rps"],
+            "attainment": s["rates"]["attainment"],
+            "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
+            "directory": str(result.directory),
+        }
+        return Outcome(s["verdict"] == "pass", invalid, detail)
+
+    return trial

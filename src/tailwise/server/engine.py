@@ -1,0 +1,279 @@
+"""The demo LLM engine: iteration-level (continuous) batching on a cost model, in real time.
+
+One loop runs steps back to back while there is work. A step's duration is
+
+    step_s = base_s + prefill_s_per_token * prefill_tokens_in_step
+                    + decode_s_per_seq * decoding_sequences_in_step
+
+and the loop really sleeps that long, so queueing in front of the engine is
+real queueing. Scheduling follows vLLM's shape:
+
+* **admission** is FCFS from a bounded waiting queue while fewer than
+  ``max_num_seqs`` run and the KV cache has room for the sequence's whole
+  context (prompt + max_tokens, reserved at admission, so nothing is ever
+  preempted); a head that does not fit blocks the ones behind it;
+* **without chunked prefill** a step either prefills every admitted prompt
+  (decodes pause: the ITL spike real engines show) or decodes every running
+  sequence; the step that finishes a prompt also yields its first token;
+* **with chunked prefill** (``prefill_chunk_tokens`` > 0) each step first gives
+  every decoding sequence one token of that budget, then fills the rest with
+  prompt chunks FCFS, so prefills and decodes share steps.
+
+Sequences always generate exactly ``max_tokens`` tokens (the synthetic model
+never stops early), which keeps capacity computable in closed form
+(docs/demo-server.md). Times are ``time.monotonic()`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+FINISHED = -1  # event pushed after the last token
+ABORTED = -2  # event pushed when the sequence was dropped (timeout, shutdown)
+
+
+class QueueFull(Exception):
+    """The waiting queue is at ``max_waiting``: answer 429."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    base_s: float = 0.004
+    prefill_s_per_token: float = 0.00002
+    decode_s_per_seq: float = 0.0003
+    max_num_seqs: int = 32
+    kv_cache_tokens: int = 131_072
+    prefill_chunk_tokens: int = 0  # 0: whole-prompt prefill steps (no chunking)
+    max_waiting: int = 128
+    max_model_len: int = 4096
+    request_timeout_s: float = 60.0
+
+    def step_s(self, prefill_tokens: int, decoding: int) -> float:
+        return (
+            self.base_s
+            + self.prefill_s_per_token * prefill_tokens
+            + self.decode_s_per_seq * decoding
+        )
+
+
+@dataclass(eq=False)
+class Sequence:
+    prompt_tokens: int
+    max_tokens: int
+    arrival_s: float
+    deadline_s: float
+    prefilled: int = 0
+    generated: int = 0
+    first_token_s: float = 0.0
+    done: bool = False
+    abort_reason: str = ""
+    # Each event is the number of new tokens (>= 1), FINISHED or ABORTED.
+    events: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + self.max_tokens
+
+
+@dataclass
+class EngineStats:
+    """Server-side truth, exported on /metrics (counters only grow)."""
+
+    admitted: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    finished: int = 0
+    aborted: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    steps: int = 0
+    step_seconds_sum: float = 0.0
+    lag_s: float = 0.0  # time the engine fell behind its cost model (CPU shortage)
+    step_seconds_buckets: list[int] = field(default_factory=list)
+    recent_tokens: deque[tuple[float, int]] = field(default_factory=deque)
+
+    def count(self, table: dict[str, int], reason: str) -> None:
+        table[reason] = table.get(reason, 0) + 1
+
+
+CATCH_UP_S = 0.002
+STEP_BUCKETS_S = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.kv_used_tokens = 0
+        self.stats = EngineStats(step_seconds_buckets=[0] * len(STEP_BUCKETS_S))
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- the request side -------------------------------------------------
+
+    def check(self, prompt_tokens: int, max_tokens: int) -> str:
+        """Why this request can never run ('' when it can): answered with 400."""
+        cfg = self.config
+        context = prompt_tokens + max_tokens
+        if context > cfg.max_model_len:
+            return (
+                f"This model's maximum context length is {cfg.max_model_len} tokens; "
+                f"the request needs {context} ({prompt_tokens} in the prompt, "
+                f"{max_tokens} to generate)"
+            )
+        if context > cfg.kv_cache_tokens:
+            return f"request needs {context} KV-cache tokens; the cache holds {cfg.kv_cache_tokens}"
+        return ""
+
+    def submit(self, prompt_tokens: int, max_tokens: int) -> Sequence:
+        cfg = self.config
+        if len(self.waiting) >= cfg.max_waiting:
+            self.stats.count(self.stats.rejected, "queue_full")
+            raise QueueFull
+        now = time.monotonic()
+        seq = Sequence(prompt_tokens, max_tokens, now, now + cfg.request_timeout_s)
+        self.waiting.append(seq)
+        self._wake.set()
+        return seq
+
+    def abort(self, seq: Sequence, reason: str) -> None:
+        """Drop a sequence now (client gone, timeout): its slot and KV are free at once."""
+        if seq.done:
+            return
+        seq.done = True
+        seq.abort_reason = reason
+        self.stats.count(self.stats.aborted, reason)
+        if seq in self.running:
+            self.running.remove(seq)
+            self.kv_used_tokens -= seq.context_tokens
+            self._wake.set()  # a waiting sequence may fit now
+        else:
+            with contextlib.suppress(ValueError):
+                self.waiting.remove(seq)
+        seq.events.put_nowait(ABORTED)
+
+    # -- the engine loop -------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for seq in [*self.running, *self.waiting]:
+            self.abort(seq, "shutdown")
+
+    async def _loop(self) -> None:
+        next_start = time.monotonic()
+        while True:
+            self._expire(time.monotonic())
+            self._admit()
+            if not self.running:
+                self._wake.clear()
+                await self._wake.wait()
+                next_start = time.monotonic()
+                continue
+            prefill, decoding = self._plan()
+            step_s = self.config.step_s(sum(n for _, n in prefill), len(decoding))
+            # Steps run on an absolute timeline: a wake-up that came a little late
+            # (uvloop timers tick in milliseconds) is made up by the next sleep,
+            # so the modelled step times do not drift. Only a real shortage of
+            # CPU (behind by more than CATCH_UP_S) pushes the timeline back.
+            now = time.monotonic()
+            behind_s = now - next_start
+            if behind_s > CATCH_UP_S:
+                self.stats.lag_s += behind_s
+                next_start = now
+            next_start += step_s
+            await asyncio.sleep(max(next_start - time.monotonic(), 0.0))
+            self._apply(prefill, decoding, time.monotonic())
+            self._record_step(step_s)
+
+    def _expire(self, now: float) -> None:
+        for seq in [s for s in (*self.waiting, *self.running) if s.deadline_s <= now]:
+            self.abort(seq, "timeout")
+
+    def _admit(self) -> None:
+        cfg = self.config
+        while self.waiting and len(self.running) < cfg.max_num_seqs:
+            head = self.waiting[0]
+            if self.kv_used_tokens + head.context_tokens > cfg.kv_cache_tokens:
+                return  # FCFS: the head waits for KV space, and so does everyone behind it
+            self.waiting.popleft()
+            self.kv_used_tokens += head.context_tokens
+            self.running.append(head)
+            self.stats.admitted += 1
+
+    def _plan(self) -> tuple[list[tuple[Sequence, int]], list[Sequence]]:
+        """This step's work: (sequence, prompt tokens) to prefill, sequences to decode."""
+        pending = [s for s in self.running if s.prefilled < s.prompt_tokens]
+        decoding = [s for s in self.running if s.prefilled >= s.prompt_tokens]
+        budget = self.config.prefill_chunk_tokens
+        if budget <= 0:
+            if pending:  # a prefill-only step: decodes wait
+                return [(s, s.prompt_tokens - s.prefilled) for s in pending], []
+            return [], decoding
+        budget = max(budget - len(decoding), 0)
+        prefill: list[tuple[Sequence, int]] = []
+        for seq in pending:
+            if budget <= 0:
+                break
+            chunk = min(seq.prompt_tokens - seq.prefilled, budget)
+            prefill.append((seq, chunk))
+            budget -= chunk
+        return prefill, decoding
+
+    def _apply(
+        self, prefill: list[tuple[Sequence, int]], decoding: list[Sequence], now: float
+    ) -> None:
+        emitted = 0
+        for seq, chunk in prefill:
+            if seq.done:
+                continue
+            seq.prefilled += chunk
+            self.stats.prompt_tokens += chunk
+            if seq.prefilled >= seq.prompt_tokens:  # the step that ends a prompt samples a token
+                seq.first_token_s = now
+                emitted += self._emit(seq)
+        for seq in decoding:
+            if not seq.done:
+                emitted += self._emit(seq)
+        self.stats.generated_tokens += emitted
+        self.stats.recent_tokens.append((now, emitted))
+        self._trim(now)
+
+    def _emit(self, seq: Sequence) -> int:
+        seq.generated += 1
+        seq.events.put_nowait(1)
+        if seq.generated >= seq.max_tokens:
+            seq.done = True
+            self.running.remove(seq)
+            self.kv_used_tokens -= seq.context_tokens
+            self.stats.finished += 1
+            seq.events.put_nowait(FINISHED)
+        return 1
+
+    def _record_step(self, step_s: float) -> None:
+        st = self.stats
+        st.steps += 1
+        st.step_seconds_sum += step_s
+        for i, bound in enumerate(STEP_BUCKETS_S):
+            if step_s <= bound:
+                st.step_seconds_buckets[i] += 1
+                break
+
+    def tokens_per_s(self, window_s: float = 5.0) -> float:
+        """Output tokens per second over the last ``window_s`` (a gauge for /metrics)."""
+        self._trim(time.monotonic(), window_s)
+        return sum(n for _, n in self.stats.recent_tokens) / window_s
+
+    def _trim(self, now: float, window_s: float = 5.0) -> None:
+        recent = self.stats.recent_tokens
+        while recent and recent[0][0] < now - window_s:
+            recent.popleft()
