@@ -24,3 +24,21 @@ def loopback() -> Iterator[Callable[..., str]]:
     for p in procs:
         p.terminate()
         p.wait(timeout=10)
+
+
+@pytest.fixture
+def demo_target() -> Iterator[Callable[..., str]]:
+    """``demo_target("http", "--workers", "4")`` -> base URL of ``tailwise serve-demo``."""
+    from tailwise.server import spawn_demo
+
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(kind: str, *args: str) -> str:
+        proc, url = spawn_demo(kind, *args, lifetime="180s")
+        procs.append(proc)
+        return url
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(timeout=10)

@@ -1,0 +1,103 @@
+"""Sweeps and knee searches against the demo http target, whose law is M/M/c."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tailwise.capacity import mmc_max_rate
+from tailwise.cli import main
+from tailwise.errors import BadInput
+from tailwise.loadgen.runner import RunOptions
+from tailwise.loadgen.sweep import Sweep, parse_rates
+
+
+def test_parse_rates() -> None:
+    assert parse_rates("40, 10,20") == [10.0, 20.0, 40.0]
+    assert parse_rates("10/s,600/min") == [10.0]
+    assert parse_rates("auto") is None
+    for bad in ("", "ten", "10,-5"):
+        with pytest.raises(BadInput, match="--rates"):
+            parse_rates(bad)
+
+
+def test_sweep_steps_goodput_and_knee(demo_target: Callable[..., str], tmp_path: Path) -> None:
+    # 2 workers x exp 10 ms: capacity 200/s. p99 <= 100 ms holds to ~150/s (Erlang C).
+    base = demo_target("http", "--workers", "2", "--service", "exp:10ms")
+    opts = RunOptions(
+        urls=[base + "/predict"], duration="2s", warmup="0.5s", slo=["p99(latency)<=100ms"]
+    )
+    sweep = Sweep(opts, tmp_path)
+    sweep.run_rates([50.0, 100.0, 300.0])
+    doc = sweep.write()
+    assert json.loads((tmp_path / "sweep.json").read_text()) == doc
+    steps = doc["steps"]
+    assert [s["offered_rps"] for s in steps] == [50.0, 100.0, 300.0]
+    assert [s["verdict"] for s in steps] == ["pass", "pass", "fail"]
+    assert doc["knee_rps"] == 100.0
+    for s in steps:
+        summary = json.loads((Path(s["directory"]) / "summary.json").read_text())
+        assert summary["rates"]["throughput_rps"] == s["throughput_rps"]
+        assert summary["arrival"]["rate_rps"] == s["offered_rps"]
+    # Past capacity the server cannot complete more than c/service = 200/s.
+    assert steps[2]["throughput_rps"] < 200 * 1.15
+    assert steps[2]["latency_ms"]["p99"] > 100
+
+
+def test_knee_cli_finds_the_mmc_knee_within_10_percent(
+    demo_target: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's acceptance test: measured knee vs Erlang C at p99(latency) <= 50 ms."""
+    base = demo_target("http", "--workers", "4", "--service", "exp:5ms")
+    truth = mmc_max_rate(0.99, 0.050, 4, 0.005)  # ~700/s of an 800/s capacity
+    argv = ["knee", base + "/predict", "--slo", "p99(latency)<=50ms", "--start", "200/s"]
+    argv += ["--duration", "4s", "--warmup", "1s", "--out", str(tmp_path), "--json", "-q"]
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == json.loads((tmp_path / "knee.json").read_text())
+    assert doc["knee_rps"] == pytest.approx(truth, rel=0.10)
+    assert doc["band_rps"][0] == doc["knee_rps"] < doc["band_rps"][1]
+    assert doc["slos"] == ["p99(latency)<=50ms"]
+    assert len(doc["trials"]) <= 12
+    assert all(Path(t["directory"]).is_dir() for t in doc["trials"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["sweep", "http://127.0.0.1:9/", "--rates", "fast"], "--rates"),
+        (["sweep", "http://127.0.0.1:9/", "--rates", "10", "--rate", "5/s"], "--rate"),
+        (["knee", "http://127.0.0.1:9/"], "--slo"),
+        (["knee", "http://127.0.0.1:9/", "--slo", "latency<=1s", "--resolution", "2"], "--resol"),
+    ],
+)
+def test_bad_sweep_and_knee_input_exits_2(
+    argv: list[str], field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert field in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_demo_sweeps_the_llm_target_past_its_knee(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tailwise.demo import run_demo
+
+    monkeypatch.chdir(tmp_path)
+    assert run_demo("2s", (5.0, 80.0)) == 0  # capacity ~30/s: one side of the knee each
+    out = capsys.readouterr().out
+    assert "knee ◀    5/s" in out and "tailwise run http://localhost:8000" in out
+    (sweep_dir,) = (tmp_path / "runs").iterdir()
+    doc = json.loads((sweep_dir / "sweep.json").read_text())
+    low, high = doc["steps"]
+    assert low["goodput_rps"] == pytest.approx(low["throughput_rps"], rel=0.01)
+    assert high["goodput_rps"] < 0.7 * high["throughput_rps"]  # the collapse
+    assert high["ttft_ms"]["p99"] > 300

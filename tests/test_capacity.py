@@ -1,0 +1,63 @@
+"""Closed forms against textbook values and against a Monte Carlo M/M/c queue."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+import pytest
+
+from tailwise import capacity as cap
+
+
+def test_erlang_c_matches_textbook_values() -> None:
+    assert cap.erlang_c(1, 0.7) == pytest.approx(0.7)  # M/M/1: P(wait) = rho
+    assert cap.erlang_c(2, 1.0) == pytest.approx(1 / 3)
+    assert cap.erlang_c(3, 2.0) == pytest.approx(4 / 9)
+    assert cap.erlang_c(4, 4.0) == 1.0  # at capacity everyone waits
+
+
+def test_mm1_sojourn_is_exponential_with_rate_mu_minus_lambda() -> None:
+    # M/M/1 latency ~ Exp(mu - lam): with mu = 200/s, lam = 150/s, p99 = ln(100)/50 s.
+    assert cap.mmc_sojourn_survival(0.01, 1, 0.005, 150) == pytest.approx(math.exp(-0.5))
+    assert cap.mmc_sojourn_quantile(0.99, 1, 0.005, 150) == pytest.approx(math.log(100) / 50)
+
+
+def _simulate_mmc(c: int, service_s: float, lam: float, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1 / lam, n))
+    work = rng.exponential(service_s, n)
+    free = [0.0] * c
+    done = np.empty(n)
+    for i in range(n):
+        start = max(arrivals[i], free[0])
+        done[i] = start + work[i]
+        heapq.heapreplace(free, done[i])
+    return (done - arrivals)[n // 10 :]  # drop the empty-start transient
+
+
+def test_mmc_p99_matches_a_simulated_queue() -> None:
+    lat = _simulate_mmc(4, 0.005, 640.0, 200_000, seed=3)  # rho = 0.8
+    p99 = float(np.quantile(lat, 0.99))
+    assert cap.mmc_sojourn_quantile(0.99, 4, 0.005, 640.0) == pytest.approx(p99, rel=0.05)
+
+
+def test_knee_at_a_percentile_slo_is_where_the_quantile_meets_it() -> None:
+    rate = cap.mmc_max_rate(0.99, 0.05, 4, 0.005)
+    assert 600 < rate < 800
+    assert cap.mmc_sojourn_quantile(0.99, 4, 0.005, rate) == pytest.approx(0.05, rel=1e-6)
+    assert cap.mmc_max_rate(0.99, 0.001, 4, 0.005) == 0.0  # even idle misses 1 ms
+
+
+def test_batch_throughput_saturates_at_one_over_c1() -> None:
+    # seed 000: c0 = 4 ms, c1 = 0.9 ms
+    assert cap.batch_throughput(16, 0.004, 0.0009) == pytest.approx(16 / 0.0184)
+    assert cap.batch_throughput(10**6, 0.004, 0.0009) == pytest.approx(1 / 0.0009, rel=1e-3)
+
+
+def test_llm_saturated_rate_for_the_demo_defaults() -> None:
+    # N=32, T_d = 4 + 0.3*32 = 13.6 ms; prefill step 4 + 0.02*128 = 6.56 ms; L = 64
+    x = cap.llm_saturated_rps(0.004, 0.00002, 0.0003, 32, 128, 64)
+    assert x == pytest.approx(32 / (63 * 0.0136 + 32 * 0.00656))
+    assert cap.llm_idle_ttft_s(0.004, 0.00002, 128) == pytest.approx(0.00656)
