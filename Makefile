@@ -14,12 +14,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-# The demo needs only the runtime and the server extra: a fresh clone runs it fast.
+# The demo needs only the runtime, the server and the plot extras: a fresh clone runs it fast.
 $(DEMO_STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tailwise needs Python 3.11+"'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[server]'
+	$(PY) -m pip install -q -e '.[server,plot]'
 	@touch $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)

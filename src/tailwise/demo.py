@@ -86,9 +86,12 @@ def run_demo(window: str = "6s", rates: tuple[float, ...] = DEMO_RATES) -> int:
         sweep = Sweep(demo_options(base, window), out_dir, lambda *a: _step_line(console, *a))
         sweep.run_rates(list(rates))
         doc = sweep.write()
+        report = sweep.write_report()
         console.print()
         print_sweep(doc)
         console.print(f"[dim]saved     {out_dir}/ (sweep.json and one run directory per step)")
+        if report:
+            console.print(f"[dim]report    {report}[/dim]")
         console.print(f"[dim]took      {time.monotonic() - started:.0f} s[/dim]\n")
         _next_steps(console)
         return 0 if doc["knee_rps"] is not None and not sweep.note else 3

@@ -170,6 +170,19 @@ class Sweep:
         (self.out_dir / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
         return doc
 
+    def write_report(self) -> str:
+        """Charts and report.html for the sweep; a hint instead when matplotlib is missing."""
+        from tailwise.errors import MissingExtra
+        from tailwise.report.render import render_directory
+
+        if not self.steps:
+            return ""
+        try:
+            render_directory(self.out_dir)
+        except MissingExtra as exc:
+            return f"no charts: {exc.expected}"
+        return str(self.out_dir / "report.html")
+
 
 def _round_rate(rate: float) -> float:
     """Three significant figures: step directories and tables stay readable."""

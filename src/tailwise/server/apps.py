@@ -179,6 +179,9 @@ def _embed_routes(cfg: DemoConfig, batcher: Batcher) -> list[tuple[str, Handler,
             if not isinstance(inputs, list) or not inputs:
                 raise WireError(400, "input: expected a string or a non-empty list of strings")
             texts = [str(x) for x in inputs]
+            if len(texts) > batcher.config.max_waiting:  # a retry could never fit: not a 429
+                limit = batcher.config.max_waiting
+                raise WireError(400, f"input: {len(texts)} inputs; the queue holds {limit}")
         except WireError as exc:
             return _refuse(exc)
         try:

@@ -131,12 +131,17 @@ class Engine:
 
     def submit(self, prompt_tokens: int, max_tokens: int) -> Sequence:
         cfg = self.config
-        if len(self.waiting) >= cfg.max_waiting:
-            self.stats.count(self.stats.rejected, "queue_full")
-            raise QueueFull
         now = time.monotonic()
         seq = Sequence(prompt_tokens, max_tokens, now, now + cfg.request_timeout_s)
         self.waiting.append(seq)
+        # A free slot (with KV room) takes it now, so max_waiting bounds only the
+        # requests that really wait: with max_waiting 0 an idle engine still serves.
+        # It joins the batch's work at the next step, as before.
+        self._admit()
+        if len(self.waiting) > cfg.max_waiting:
+            self.waiting.pop()  # FCFS: if anyone still waits, the newest one does
+            self.stats.count(self.stats.rejected, "queue_full")
+            raise QueueFull
         self._wake.set()
         return seq
 

@@ -64,7 +64,7 @@ def parse_law(
             factor = float(k)
         except ValueError:
             factor = 0.0
-        if not sep or factor < 1.0:
+        if not sep or not math.isfinite(factor) or factor < 1.0:
             raise BadInput("--straggler", straggler, STRAGGLER_FORM)
         p_slow = parse_fraction(frac, "--straggler")
     return Law(
@@ -94,7 +94,7 @@ class QueueLab:
     def service_s(self) -> float:
         law = self.law
         work = law.service_s
-        if law.distribution == "exp":
+        if law.distribution == "exp" and law.service_s > 0:  # exp:0 is no work, not 1/0
             work = self.rng.expovariate(1.0 / law.service_s)
         if law.straggler_p > 0 and self.rng.random() < law.straggler_p:
             work *= law.straggler_factor

@@ -1,0 +1,394 @@
+"""Compare two runs (summary.json) or two sweeps (sweep.json): B against the baseline A.
+
+The comparison is a pure function of the two JSON documents. A metric
+*regresses* when B is worse than A by more than the threshold, relative to A:
+
+* lower-is-better metrics (latency percentiles, in ms) regress when
+  ``(B - A) / A > threshold``;
+* higher-is-better metrics (goodput and the knee, in requests/s) regress when
+  ``(A - B) / A > threshold``.
+
+A change of exactly the threshold is not a regression. Only *gated* metrics
+can regress: for runs, p99 latency and goodput (and p99 TTFT and p99 TPOT when
+both runs have them); for sweeps, the knee and, at every offered rate both
+sweeps ran, goodput and p99 latency (TTFT and TPOT for LLM sweeps). The other
+metrics are shown for context. An invalid run (or a sweep with an invalid
+step) cannot gate anything: the comparison is then itself invalid (exit 3).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from tailwise.errors import BadInput
+from tailwise.units import parse_fraction
+
+SUMMARY_SCHEMA = "tailwise.summary/1"
+SWEEP_SCHEMA = "tailwise.sweep/1"
+_FILES = {"sweep": ("sweep.json", SWEEP_SCHEMA), "run": ("summary.json", SUMMARY_SCHEMA)}
+_DIR_FORM = "a run directory (with summary.json) or a sweep directory (with sweep.json)"
+_EPS = 1e-9  # relative slack so a change of exactly the threshold never counts
+
+# (key into summary.json, label, unit, better, gated)
+_RUN_METRICS = (
+    ("rates.throughput_rps", "throughput", "rps", "higher", False),
+    ("rates.goodput_rps", "goodput", "rps", "higher", True),
+    ("rates.attainment", "attainment", "share", "higher", False),
+    ("rates.error_rate", "error rate", "share", "lower", False),
+    ("latency_ms.p50", "latency p50", "ms", "lower", False),
+    ("latency_ms.p90", "latency p90", "ms", "lower", False),
+    ("latency_ms.p99", "latency p99", "ms", "lower", True),
+    ("latency_ms.p999", "latency p99.9", "ms", "lower", False),
+)
+# LLM distributions: shown when both runs have them; p99 TTFT and TPOT gate.
+_LLM_METRICS = (
+    ("ttft_ms.p50", "TTFT p50", "ms", "lower", False),
+    ("ttft_ms.p99", "TTFT p99", "ms", "lower", True),
+    ("tpot_ms.p50", "TPOT p50", "ms", "lower", False),
+    ("tpot_ms.p99", "TPOT p99", "ms", "lower", True),
+    ("itl_ms.p50", "ITL p50", "ms", "lower", False),
+    ("itl_ms.p99", "ITL p99", "ms", "lower", False),
+)
+# Per offered rate in a sweep (keys into a sweep.json step row); all gate.
+_STEP_METRICS = (
+    ("goodput_rps", "goodput", "rps", "higher"),
+    ("latency_ms.p99", "latency p99", "ms", "lower"),
+    ("ttft_ms.p99", "TTFT p99", "ms", "lower"),
+    ("tpot_ms.p99", "TPOT p99", "ms", "lower"),
+)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One compared value: ``a`` is the baseline, ``b`` the candidate, in ``unit``.
+
+    Units: ``ms`` (milliseconds), ``rps`` (requests per second), ``share``
+    (a fraction in [0, 1]). ``None`` means the side has no value (no successful
+    request for a percentile; no passing rate for a knee).
+    """
+
+    key: str
+    label: str
+    unit: str
+    better: str  # "lower" | "higher"
+    a: float | None
+    b: float | None
+    gated: bool
+    regressed: bool
+    rate_rps: float | None = None
+
+    @property
+    def delta(self) -> float | None:
+        """``b - a`` in the metric's unit."""
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def rel_delta(self) -> float | None:
+        """``(b - a) / a``; ``None`` when either is missing or ``a`` is zero (and b is not)."""
+        if self.a is None or self.b is None:
+            return None
+        if self.a == 0:
+            return 0.0 if self.b == 0 else None
+        return (self.b - self.a) / abs(self.a)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"metric": self.key, "label": self.label, "unit": self.unit}
+        out |= {"a": self.a, "b": self.b, "delta": self.delta, "rel_delta": self.rel_delta}
+        out |= {"better": self.better, "gated": self.gated, "regressed": self.regressed}
+        if self.rate_rps is not None:
+            out["rate_rps"] = self.rate_rps
+        return out
+
+
+def worse_by_more_than(a: float | None, b: float | None, better: str, threshold: float) -> bool:
+    """Is B worse than the baseline A by more than ``threshold`` (a fraction of A)?
+
+    A missing baseline cannot regress; a value A had and B lacks is a regression.
+    """
+    if a is None:
+        return False
+    if b is None:
+        return True
+    if better == "lower":
+        return b - a > (threshold + _EPS) * abs(a) if a else b > 0
+    return a - b > (threshold + _EPS) * abs(a)
+
+
+def _metric(
+    spec: tuple[str, str, str, str, bool],
+    a: float | None,
+    b: float | None,
+    threshold: float,
+    rate_rps: float | None = None,
+) -> Metric:
+    key, label, unit, better, gated = spec
+    regressed = gated and worse_by_more_than(a, b, better, threshold)
+    return Metric(key, label, unit, better, a, b, gated, regressed, rate_rps)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of comparing B against A (``kind`` "run" or "sweep")."""
+
+    kind: str
+    a: str
+    b: str
+    threshold: float  # a fraction: 0.1 is 10%
+    metrics: list[Metric]
+    verdicts: dict[str, str] | None = None  # runs only: {"a": ..., "b": ...}
+    invalid: list[str] = field(default_factory=list)  # why no gate can be drawn
+    notes: list[str] = field(default_factory=list)  # informational
+
+    @property
+    def regressions(self) -> list[Metric]:
+        return [m for m in self.metrics if m.regressed]
+
+    @property
+    def exit_code(self) -> int:
+        """3 when either side is invalid, else 1 on any regression, else 0."""
+        if self.invalid:
+            return 3
+        return 1 if self.regressions else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "a": self.a,
+            "b": self.b,
+            "threshold": self.threshold,
+            "regressions": [
+                m.to_json() | {"message": regression_line(m, self.threshold)}
+                for m in self.regressions
+            ],
+            "metrics": [m.to_json() for m in self.metrics],
+            "verdicts": self.verdicts,
+            "invalid": self.invalid,
+            "notes": self.notes,
+            "exit_code": self.exit_code,
+        }
+
+
+def _get(doc: dict[str, Any] | None, key: str) -> Any:
+    """``_get(d, "latency_ms.p99")`` -> ``d["latency_ms"]["p99"]``, or None if absent."""
+    value: Any = doc
+    for part in key.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+# ---- runs -----------------------------------------------------------------------------
+
+
+def compare_runs(
+    a: dict[str, Any], b: dict[str, Any], threshold: float, names: tuple[str, str] = ("A", "B")
+) -> Comparison:
+    """Compare two summary.json dicts; ``threshold`` is a fraction (0.1 = 10%)."""
+    specs = list(_RUN_METRICS)
+    for section in ("ttft_ms", "tpot_ms", "itl_ms"):
+        if a.get(section) and b.get(section):
+            specs += [s for s in _LLM_METRICS if s[0].startswith(section)]
+    metrics = [_metric(s, _get(a, s[0]), _get(b, s[0]), threshold) for s in specs]
+    invalid = [
+        f"run {name} is invalid ({doc.get('verdict_reason', '')}): "
+        "an invalid run cannot gate a comparison (exit 3)"
+        for name, doc in zip(("A", "B"), (a, b), strict=True)
+        if doc.get("verdict") == "invalid"
+    ]
+    notes = []
+    if a.get("mode") != b.get("mode"):
+        notes.append(
+            f"A is {a.get('mode')}-loop and B is {b.get('mode')}-loop: "
+            "closed-loop latencies hide coordinated omission"
+        )
+    verdicts = {"a": str(a.get("verdict")), "b": str(b.get("verdict"))}
+    return Comparison("run", names[0], names[1], threshold, metrics, verdicts, invalid, notes)
+
+
+# ---- sweeps ---------------------------------------------------------------------------
+
+
+def _rate_key(rate: float) -> float:
+    return round(float(rate), 6)
+
+
+def _sweep_invalid(name: str, doc: dict[str, Any]) -> list[str]:
+    """Why a sweep cannot gate: an invalid step, or a sweep that stopped or was interrupted."""
+    bad = [s for s in doc.get("steps", []) if s.get("verdict") == "invalid"]
+    note = str(doc.get("note") or "")
+    if bad or note.startswith(("stopped", "interrupted")):
+        why = note or f"step at {bad[0]['offered_rps']:g}/s: {bad[0].get('verdict_reason', '')}"
+        return [
+            f"sweep {name} is invalid ({why}): an invalid sweep cannot gate a comparison (exit 3)"
+        ]
+    return []
+
+
+def _step_metrics(
+    rows_a: dict[float, dict[str, Any]], rows_b: dict[float, dict[str, Any]], threshold: float
+) -> list[Metric]:
+    out = []
+    for rate in sorted(set(rows_a) & set(rows_b)):
+        ra, rb = rows_a[rate], rows_b[rate]
+        for key, label, unit, better in _STEP_METRICS:
+            if key.split(".")[0] not in ra or key.split(".")[0] not in rb:
+                continue  # TTFT/TPOT: LLM sweeps only
+            spec = (f"{key}@{rate:g}", f"{label} @ {rate:g}/s", unit, better, True)
+            out.append(_metric(spec, _get(ra, key), _get(rb, key), threshold, rate))
+    return out
+
+
+def compare_sweeps(
+    a: dict[str, Any], b: dict[str, Any], threshold: float, names: tuple[str, str] = ("A", "B")
+) -> Comparison:
+    """Compare two sweep.json dicts: the knee (rps), then goodput and p99 per matching rate."""
+    knee = _metric(
+        ("knee_rps", "knee", "rps", "higher", True), a.get("knee_rps"), b.get("knee_rps"), threshold
+    )
+    rows_a = {_rate_key(s["offered_rps"]): s for s in a.get("steps", [])}
+    rows_b = {_rate_key(s["offered_rps"]): s for s in b.get("steps", [])}
+    notes = []
+    for name, mine, other in (("A", rows_a, rows_b), ("B", rows_b, rows_a)):
+        only = sorted(set(mine) - set(other))
+        if only:
+            rates = ", ".join(f"{r:g}/s" for r in only)
+            notes.append(f"rates only in {name} (not compared): {rates}")
+    if not set(rows_a) & set(rows_b):
+        notes.append("the sweeps share no offered rate: only the knees are compared")
+    metrics = [knee, *_step_metrics(rows_a, rows_b, threshold)]
+    invalid = _sweep_invalid("A", a) + _sweep_invalid("B", b)
+    return Comparison("sweep", names[0], names[1], threshold, metrics, None, invalid, notes)
+
+
+# ---- loading --------------------------------------------------------------------------
+
+
+def parse_threshold(text: str) -> float:
+    """``"10%"`` or ``"0.1"`` -> 0.1 (a fraction of the baseline, between 0 and 1)."""
+    return parse_fraction(text, "--threshold")
+
+
+def load(path: str | Path, name: str) -> tuple[str, dict[str, Any]]:
+    """``("run" | "sweep", document)`` for a run or sweep directory; BadInput names ``name``."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise BadInput(name, str(path), _DIR_FORM)
+    for kind, (filename, schema) in _FILES.items():
+        file = directory / filename
+        if file.is_file():
+            return kind, _read_json(file, name, schema)
+    raise BadInput(name, str(path), _DIR_FORM + "; it has neither")
+
+
+def _read_json(file: Path, name: str, schema: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(name, str(file), f"a readable JSON file ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != schema:
+        given = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise BadInput(f"{name} ({file.name})", given, f'schema "{schema}"')
+    return doc
+
+
+def compare_dirs(a: str | Path, b: str | Path, threshold: float) -> Comparison:
+    """Load both directories (same kind, else BadInput) and compare B against A."""
+    kind_a, doc_a = load(a, "A")
+    kind_b, doc_b = load(b, "B")
+    if kind_a != kind_b:
+        raise BadInput("B", f"a {kind_b} directory", f"the same kind as A (a {kind_a} directory)")
+    names = (str(a), str(b))
+    if kind_a == "sweep":
+        return compare_sweeps(doc_a, doc_b, threshold, names)
+    return compare_runs(doc_a, doc_b, threshold, names)
+
+
+# ---- rendering ------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    """A value in its unit: ``12.3ms``, ``98.5/s``, ``99.50%``; ``-`` when absent."""
+    if value is None:
+        return "-"
+    if unit == "ms":
+        if abs(value) >= 1000:
+            return f"{value / 1000:.2f}s"
+        return f"{value:.1f}ms" if abs(value) >= 10 else f"{value:.2f}ms"
+    if unit == "share":
+        return f"{100 * value:.2f}%"
+    return f"{value:.1f}/s"
+
+
+def _fmt_delta(m: Metric) -> str:
+    d = m.delta
+    if d is None:
+        return "-"
+    if m.unit == "share":
+        return f"{100 * d:+.2f}pp"  # percentage points
+    sign = "+" if d >= 0 else "-"
+    return sign + _fmt(abs(d), m.unit)
+
+
+def _fmt_rel(rel: float | None) -> str:
+    return "-" if rel is None else f"{100 * rel:+.1f}%"
+
+
+def regression_line(m: Metric, threshold: float) -> str:
+    """One line naming a regressed metric: ``latency p99: 5.2ms -> 8.3ms (+59.6%), ...``."""
+    limit = f"{100 * threshold:g}%"
+    if m.b is None:
+        what = "none found" if m.key == "knee_rps" else "no value"
+        return f"{m.label}: {_fmt(m.a, m.unit)} -> {what} in B"
+    word = "rose" if m.better == "lower" else "fell"
+    return (
+        f"{m.label}: {_fmt(m.a, m.unit)} -> {_fmt(m.b, m.unit)} "
+        f"({_fmt_rel(m.rel_delta)}), {word} by more than {limit}"
+    )
+
+
+def _table(c: Comparison) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("")
+    for name in ("A", "B", "Δ", "Δ%"):
+        table.add_column(name, justify="right")
+    table.add_column("")
+    for m in c.metrics:
+        mark = Text("✗ regression", "bold red") if m.regressed else Text("")
+        if m.gated and not m.regressed:
+            mark = Text("✓", "green")
+        cells = (_fmt(m.a, m.unit), _fmt(m.b, m.unit), _fmt_delta(m), _fmt_rel(m.rel_delta))
+        table.add_row(m.label, *cells, mark)
+    if c.verdicts:
+        table.add_row("verdict", c.verdicts["a"], c.verdicts["b"], "", "", "")
+    return table
+
+
+def render(c: Comparison) -> Group:
+    """The comparison as rich renderables: header, table, then one line per finding."""
+    limit = f"{100 * c.threshold:g}%"
+    parts: list[Any] = [
+        Text(f"A  {c.a}\nB  {c.b}", "bold"),
+        _table(c),
+    ]
+    for m in c.regressions:
+        parts.append(Text(f"REGRESSION  {regression_line(m, c.threshold)}", "bold red"))
+    if not c.regressions:
+        parts.append(Text(f"no regression beyond {limit} (gated: ✓ rows)", "green"))
+    for note in c.invalid:
+        parts.append(Text(f"INVALID     {note}", "bold yellow"))
+    for note in c.notes:
+        parts.append(Text(f"note        {note}", "yellow"))
+    return Group(*parts)
+
+
+def print_comparison(c: Comparison, *, stderr: bool = False) -> None:
+    """Print :func:`render`; finding lines never wrap (one line each, for CI logs and grep)."""
+    Console(stderr=stderr, highlight=False, soft_wrap=True).print(render(c))
