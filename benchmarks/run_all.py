@@ -10,6 +10,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
     ["wrk_vs_tailwise.py", "--write-docs"],
     ["llm_client_overhead.py", "--write-docs"],
+    ["knee_accuracy.py", "--write-docs"],
 ]
 
 if __name__ == "__main__":

@@ -117,7 +117,13 @@ def _generator(r: Records, info: RunInfo, rates: dict[str, float]) -> dict[str, 
     }
 
 
-def _llm_sections(r: Records, window_ok: np.ndarray, t_s: float) -> dict[str, Any]:
+def _llm_sections(
+    r: Records, window_ok: np.ndarray, done_in: np.ndarray, t_s: float
+) -> dict[str, Any]:
+    """LLM distributions over window-scheduled ok requests; ``output_tps`` over the
+    tokens of requests *completed* in the window (throughput's population), so a
+    saturated server's token rate is not inflated by answers that finished later."""
+
     def dist(values: np.ndarray) -> dict[str, Any]:
         return distribution_ms(values[window_ok & (values >= 0)])
 
@@ -132,7 +138,9 @@ def _llm_sections(r: Records, window_ok: np.ndarray, t_s: float) -> dict[str, An
         "tpot_ms": dist(derive.tpot_ns(r)),
         "itl_ms": distribution_ms(derive.itl_gaps_ns(r, window_ok)),
         "tokens": {
-            "output_tps": float(out_tokens.sum()) / t_s if t_s else 0.0,
+            "output_tps": float(r.output_tokens[done_in & (r.output_tokens > 0)].sum()) / t_s
+            if t_s
+            else 0.0,
             "input_total": int(in_tokens.sum()),
             "output_total": int(out_tokens.sum()),
             "per_request_decode_tps": _plain_distribution(decode_tps),
@@ -225,7 +233,9 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
         "generator": gen,
     }
     if info.llm:
-        summary.update(_llm_sections(r, window & ok, t_s))
+        start, end = info.window_ns
+        done_in = ok & (r.done_ns >= start) & (r.done_ns < end)
+        summary.update(_llm_sections(r, window & ok, done_in, t_s))
     if info.mode == "closed":
         summary["concurrency"] = info.concurrency
         summary["note"] = (
