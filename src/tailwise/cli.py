@@ -226,6 +226,12 @@ def sweep(
 @click.option(
     "--repeats", default=1, show_default=True, type=int, help="Extra runs of the final bracket."
 )
+@click.option(
+    "--min-requests",
+    default="0",
+    show_default=True,
+    help="Stretch each trial's window to hold at least this many requests.",
+)
 @_run_options
 def knee(
     urls: tuple[str, ...],
@@ -234,6 +240,7 @@ def knee(
     max_rate: str,
     resolution: str,
     repeats: int,
+    min_requests: str,
     as_json: bool,
     quiet: bool,
     **kw: Any,
@@ -260,9 +267,10 @@ def knee(
             mark = "pass" if t.passed else "fail"
             click.echo(f"  {t.phase:<8} {t.rate_rps:10.4g}/s  {mark}", err=True)
 
-    search = KneeSearch(
-        knee_trial(opts, out_dir), resolution=res, repeats=repeats, on_trial=on_trial
-    )
+    from tailwise.units import parse_count
+
+    trial = knee_trial(opts, out_dir, parse_count(min_requests, "--min-requests", minimum=0))
+    search = KneeSearch(trial, resolution=res, repeats=repeats, on_trial=on_trial)
     code = 0
     try:
         result = search.run(first, lo, hi)

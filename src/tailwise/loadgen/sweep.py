@@ -192,9 +192,17 @@ def _round_rate(rate: float) -> float:
     return round(rate, max(digits, 0))
 
 
-def knee_trial(base: RunOptions, out_dir: Path) -> Callable[[float], Any]:
-    """A knee-search trial that runs one open-loop step per call, in ``out_dir/trial-NN-R``."""
+def knee_trial(base: RunOptions, out_dir: Path, min_requests: int = 0) -> Callable[[float], Any]:
+    """A knee-search trial that runs one open-loop step per call, in ``out_dir/trial-NN-R``.
+
+    With ``min_requests``, a trial's window stretches to hold at least that many
+    requests at its rate: a p99 judged on 300 samples rests on 3 of them, and
+    near the knee that noise decides pass or fail.
+    """
     from tailwise.knee import Outcome
+    from tailwise.units import parse_duration_ns
+
+    base_window_s = parse_duration_ns(base.duration or "10s", "--duration") / 1e9
 
     counter = iter(range(1, 10_000))
     tries: dict[float, int] = {}
@@ -208,6 +216,7 @@ def knee_trial(base: RunOptions, out_dir: Path) -> Callable[[float], Any]:
             base,
             rate=f"{rate_rps:.6g}/s",
             seed=base.seed + tries[rate_rps],
+            duration=f"{max(base_window_s, min_requests / rate_rps):.3f}s",
             out=str(out_dir / f"trial-{n:02d}-{_round_rate(rate_rps):g}rps"),
             progress=False,
         )
