@@ -176,18 +176,22 @@ def _search_dir(opts: Any) -> Any:
 
 @cli.command()
 @click.argument("urls", nargs=-1, required=True)
-@click.option("--rates", required=True, help="10,20,40 (rates per second), or auto.")
+@click.option("--rates", help="10,20,40 (rates per second), or auto.")
 @click.option("--start", default="10/s", show_default=True, help="With --rates auto: first rate.")
 @_run_options
 def sweep(
     urls: tuple[str, ...], rates: str, start: str, as_json: bool, quiet: bool, **kw: Any
 ) -> None:
     """Run URL at each offered rate in turn (one run directory per step) and find the knee."""
-    from tailwise.loadgen.sweep import Sweep, parse_rates
+    from tailwise.loadgen.sweep import Sweep, parse_rates, parse_users
     from tailwise.report.text import print_sweep
     from tailwise.units import parse_rate_rps
 
-    chosen = parse_rates(rates)
+    levels = kw.pop("concurrency", None)
+    if bool(rates) == bool(levels):
+        raise BadInput("--rates", rates, "either --rates (open loop) or --concurrency 1,4,16")
+    users = parse_users(levels) if levels else None
+    chosen = parse_rates(rates) if rates else None
     first = parse_rate_rps(start, "--start")
     opts = _base_options(urls, "sweep", kw)
     out_dir = _search_dir(opts)
@@ -195,14 +199,17 @@ def sweep(
     def on_step(i: int, n: int, rate: float, step: Any) -> None:
         if step is not None and not quiet:
             r = step.summary["rates"]
+            what = f"{rate:g} users" if step.summary["mode"] == "closed" else f"{rate:g}/s"
             click.echo(
-                f"[{i + 1}/{n}] {rate:g}/s  throughput {r['throughput_rps']:.1f}/s  "
+                f"[{i + 1}/{n}] {what}  throughput {r['throughput_rps']:.1f}/s  "
                 f"goodput {r['goodput_rps']:.1f}/s  {step.summary['verdict']}",
                 err=True,
             )
 
     runner = Sweep(opts, out_dir, on_step)
-    if chosen is None:
+    if users:
+        runner.run_users(users)
+    elif chosen is None:
         runner.run_auto(first)
     else:
         runner.run_rates(chosen)
@@ -212,6 +219,9 @@ def sweep(
     if not quiet:
         print_sweep(doc, stderr=as_json)
         click.echo(f"saved     {out_dir}/sweep.json", err=as_json)
+    report = runner.write_report()
+    if report and not quiet:
+        click.echo(f"report    {report}", err=as_json)
     sys.exit(3 if runner.note.startswith(("stopped", "interrupted")) else 0)
 
 
@@ -225,6 +235,12 @@ def sweep(
 )
 @click.option(
     "--repeats", default=1, show_default=True, type=int, help="Extra runs of the final bracket."
+)
+@click.option(
+    "--early-stop/--no-early-stop",
+    default=True,
+    show_default=True,
+    help="Stop a trial once an SLO is certainly lost.",
 )
 @click.option(
     "--min-requests",
@@ -241,6 +257,7 @@ def knee(
     resolution: str,
     repeats: int,
     min_requests: str,
+    early_stop: bool,
     as_json: bool,
     quiet: bool,
     **kw: Any,
@@ -252,6 +269,8 @@ def knee(
 
     if not kw["slo"]:
         raise BadInput("--slo", "nothing", "at least one SLO, e.g. --slo 'p99(latency)<=200ms'")
+    if kw.get("concurrency"):
+        raise BadInput("--concurrency", kw["concurrency"], "no closed loop in a knee search")
     res = parse_fraction(resolution, "--resolution")
     if not 0 < res < 1 or repeats < 0:
         raise BadInput("--resolution", resolution, "a width between 0% and 100%, e.g. 5%")
@@ -269,7 +288,8 @@ def knee(
 
     from tailwise.units import parse_count
 
-    trial = knee_trial(opts, out_dir, parse_count(min_requests, "--min-requests", minimum=0))
+    least = parse_count(min_requests, "--min-requests", minimum=0)
+    trial = knee_trial(opts, out_dir, least, stop_early=early_stop)
     search = KneeSearch(trial, resolution=res, repeats=repeats, on_trial=on_trial)
     code = 0
     try:

@@ -101,3 +101,84 @@ def test_demo_sweeps_the_llm_target_past_its_knee(
     assert low["goodput_rps"] == pytest.approx(low["throughput_rps"], rel=0.01)
     assert high["goodput_rps"] < 0.7 * high["throughput_rps"]  # the collapse
     assert high["ttft_ms"]["p99"] > 300
+
+
+def test_a_trial_stops_once_its_slo_is_certainly_lost(
+    demo_target: Callable[..., str], tmp_path: Path
+) -> None:
+    from tailwise.loadgen.runner import run
+
+    base = demo_target("http", "--workers", "1", "--service", "exp:5ms")  # capacity 200/s
+    slo = ["p99(latency)<=50ms", "latency<=100ms"]
+    lost = run(
+        base + "/predict",
+        rate="400/s",
+        duration="6s",
+        warmup="0.5s",
+        slo=slo,
+        stop_on_slo_loss=True,
+        out=str(tmp_path / "lost"),
+    )
+    s = lost.summary
+    assert s["verdict"] == "fail" and s["stopped_early"]
+    assert "certain misses" in s["verdict_reason"] and "p99(latency)<=50ms" in s["verdict_reason"]
+    assert s["window"]["end_s"] < 6.5  # the window ends where sending stopped
+    assert s["requests"]["accounted"] and not s["interrupted"]
+    assert lost.exit_code == 1
+    held = run(
+        base + "/predict",
+        rate="50/s",
+        duration="2s",
+        slo=slo,
+        stop_on_slo_loss=True,
+        out=str(tmp_path / "held"),
+    )
+    assert held.summary["verdict"] == "pass" and held.summary["stopped_early"] is None
+    assert held.summary["window"]["end_s"] == pytest.approx(2.0)
+
+
+def test_loss_watch_budget_counts_certain_misses_only() -> None:
+    from tailwise.loadgen.watch import LossWatch
+    from tailwise.metrics.slo import parse_slo
+    from tailwise.records import RecordBlock
+
+    block = RecordBlock(0, 100)
+    for j in range(100):  # one request every 10 ms
+        block.scheduled_ns[j] = j * 10_000_000
+        block.done_ns[j] = j * 10_000_000 + 5_000_000
+    watch = LossWatch([parse_slo("p99(latency)<=50ms")], (0, 10**9), expected=100.0)
+    assert watch.limits[0].budget == pytest.approx(0.01 * (100 + 30))
+    assert watch.check([block], now_ns=10**9) == ""
+    for j in range(90, 100):  # ten still out, 60+ ms overdue at t = 1.05 s: certain misses
+        block.done_ns[j] = -1
+    assert watch.check([block], now_ns=950_000_000) == ""  # at most 50 ms out: not yet
+    assert "10 certain misses" in watch.check([block], now_ns=1_050_000_000)
+
+
+def test_closed_loop_sweep_is_labelled_and_claims_no_knee(
+    loopback: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = loopback("--service", "2ms", "--workers", "2")
+    argv = ["sweep", base + "/predict", "--concurrency", "4,1", "--duration", "1s"]
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--slo", "latency<=100ms", "--out", str(tmp_path), "--json"])
+    assert exited.value.code == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["mode"] == "closed" and doc["knee_rps"] is None
+    assert [s["concurrency"] for s in doc["steps"]] == [1, 4]
+    assert all(s["offered_rps"] is None for s in doc["steps"])
+    assert doc["note"].startswith("CLOSED LOOP")
+    assert "CLOSED LOOP" in captured.err and "4 users" in captured.err
+    # Two workers of 2 ms: one user gets ~1 answer per 2 ms, four users at most two at once.
+    one, four = doc["steps"]
+    assert 250 < one["throughput_rps"] < 520 and four["throughput_rps"] < 1050
+    assert (tmp_path / "report.html").is_file()
+
+
+@pytest.mark.parametrize("extra", [[], ["--rates", "10", "--concurrency", "2"]])
+def test_sweep_needs_rates_or_users(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["sweep", "http://127.0.0.1:9/", *extra])
+    assert exited.value.code == 2
+    assert "--concurrency" in capsys.readouterr().err

@@ -45,6 +45,7 @@ from tailwise.loadgen.targets import (
     render,
 )
 from tailwise.loadgen.transport import Transport
+from tailwise.loadgen.watch import LossWatch
 from tailwise.metrics import derive
 from tailwise.metrics.histogram import interval_histograms, write_hlog
 from tailwise.metrics.slo import SLO, parse_slo
@@ -52,6 +53,7 @@ from tailwise.metrics.summary import EXIT_CODES, RunInfo, summarize
 from tailwise.records import Records, error_code
 from tailwise.units import parse_count, parse_duration_ns, parse_fraction
 
+WATCH_INTERVAL_S = 0.25
 START_LEAD_NS = 20_000_000  # the clock starts this long after setup, so t=0 is not late
 
 
@@ -94,6 +96,8 @@ class RunOptions:
     prompts: str | None = None  # a JSONL dataset
     shared_prefix: int | str = 0
     tokenizer: str | None = None  # a tokenizer.json, for servers that report no usage
+    # Knee trials: stop sending once an SLO is certainly lost (see loadgen.watch).
+    stop_on_slo_loss: bool = False
 
 
 @dataclass
@@ -322,6 +326,7 @@ class Outcome:
     stopped_at_ns: int  # run-relative instant sending stopped (the signal, or the plan's end)
     t0_unix_s: float  # wall-clock label of the run's time zero
     transport: Transport | None = None
+    stopped_early: str = ""  # why an SLO was already lost, when the run stopped for it
 
 
 def _install_signals(
@@ -385,6 +390,7 @@ async def _execute(
         interrupted.set()
 
     installed = _install_signals(loop, on_signal)
+    lost: list[str] = []
     stop_io = asyncio.Event()
     await sink.open()
     engine.prepare()
@@ -399,6 +405,15 @@ async def _execute(
         tasks.append(
             loop.create_task(Progress(engine, (p.horizon_ns or 0) / 1e9 or None).run(stop_io))
         )
+    watch = _loss_watch(p)
+    if watch is not None:
+
+        def on_loss(reason: str) -> None:
+            lost.append(reason)
+            engine.stop()
+            interrupted.set()  # drain like an interruption: a grace, then cancel
+
+        tasks.append(loop.create_task(_watch_loop(watch, engine, t0, stop_io, on_loss)))
     sending = asyncio.ensure_future(engine.finished_sending.wait())
     await asyncio.wait([sending], return_when=asyncio.FIRST_COMPLETED)
     stopped_at = now_ns() - t0
@@ -412,8 +427,42 @@ async def _execute(
     for sig in installed:
         loop.remove_signal_handler(sig)
     return Outcome(
-        engine, interrupted.is_set(), note[0] if note else "", stopped_at, t0_unix, transport
+        engine,
+        interrupted.is_set() and not lost,
+        note[0] if note else "",
+        stopped_at,
+        t0_unix,
+        transport,
+        lost[0] if lost and not note else "",
     )
+
+
+def _loss_watch(p: Prepared) -> LossWatch | None:
+    """A watch for knee trials: open loop at a steady rate with a known window only."""
+    if not p.opts.stop_on_slo_loss or p.schedule is None or p.horizon_ns is None:
+        return None
+    described = p.schedule.describe()
+    rate = described.get("rate_rps")
+    if not isinstance(rate, int | float) or not rate or described.get("profile"):
+        return None
+    expected = float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9
+    watch = LossWatch(p.slos, (p.warmup_ns, p.horizon_ns), expected)
+    return watch if watch.limits else None
+
+
+async def _watch_loop(
+    watch: LossWatch,
+    engine: Engine,
+    t0: int,
+    stop: asyncio.Event,
+    on_loss: Callable[[str], None],
+) -> None:
+    while not stop.is_set() and not engine.finished_sending.is_set():
+        await asyncio.sleep(WATCH_INTERVAL_S)
+        reason = watch.check(engine.blocks, now_ns() - t0)
+        if reason and not engine.finished_sending.is_set():
+            on_loss(reason)
+            return
 
 
 def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
@@ -511,7 +560,7 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
 def _conclude(p: Prepared, out: Outcome, directory: Path, rows_on_disk: int | None) -> RunResult:
     engine = out.engine
     end_ns = _window_end(p, engine)
-    if out.interrupted:
+    if out.interrupted or out.stopped_early:
         end_ns = min(end_ns, max(out.stopped_at_ns, p.warmup_ns + 1))
     records = Records.from_blocks(engine.blocks, 0, (p.warmup_ns, end_ns))
     info = RunInfo(
@@ -528,6 +577,7 @@ def _conclude(p: Prepared, out: Outcome, directory: Path, rows_on_disk: int | No
         concurrency=p.concurrency,
         interrupted=out.interrupted,
         interrupt_note=out.note,
+        stopped_early=out.stopped_early,
         rows_on_disk=rows_on_disk,
         llm=p.streaming,
         extra=_token_source(out) if p.streaming else {},

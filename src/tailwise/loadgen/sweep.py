@@ -31,6 +31,16 @@ RATES_FORM = "a comma-separated list of rates such as 10,20,40 or 10/s,20/s, or 
 AUTO_MAX_STEPS = 10
 
 
+def parse_users(text: str) -> list[int]:
+    """``"1,4,16"`` -> [1, 4, 16]: closed-loop user counts, sorted."""
+    from tailwise.units import parse_count
+
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise BadInput("--concurrency", text, "a list of user counts such as 1,4,16")
+    return sorted({parse_count(p, "--concurrency") for p in parts})
+
+
 def parse_rates(text: str) -> list[float] | None:
     """``"10,20,40"`` -> [10.0, 20.0, 40.0], sorted; ``"auto"`` -> None."""
     if text.strip() == "auto":
@@ -56,8 +66,11 @@ class Step:
 def step_row(step: Step) -> dict[str, Any]:
     """One line of sweep.json: what a table or a plot of the sweep needs."""
     s = step.summary
+    closed = s.get("mode") == "closed"
     row: dict[str, Any] = {
-        "offered_rps": step.rate_rps,
+        # Closed loop offers no rate: its step is a number of users.
+        "offered_rps": None if closed else step.rate_rps,
+        **({"concurrency": s.get("concurrency")} if closed else {}),
         "directory": str(step.directory),
         **{k: s["rates"][k] for k in ("throughput_rps", "goodput_rps", "attainment", "error_rate")},
         "measured_offered_rps": s["rates"]["offered_rps"],
@@ -73,7 +86,11 @@ def step_row(step: Step) -> dict[str, Any]:
 
 
 def knee_rps(steps: list[Step]) -> float | None:
-    """The highest rate at which this step and every lower one passed (None if the first failed)."""
+    """The highest rate at which this step and every lower one passed (None if the first failed).
+
+    None for closed-loop steps: they have no offered rate to find a knee over."""
+    if any(s.summary.get("mode") == "closed" for s in steps):
+        return None
     knee = None
     for step in sorted(steps, key=lambda s: s.rate_rps):
         if not step.passed:
@@ -83,9 +100,11 @@ def knee_rps(steps: list[Step]) -> float | None:
 
 
 def sweep_json(steps: list[Step], target: Any, slos: list[str], note: str) -> dict[str, Any]:
+    closed = any(s.summary.get("mode") == "closed" for s in steps)
     return {
         "schema": SCHEMA,
         "tool_version": __version__,
+        "mode": "closed" if closed else "open",
         "target": target,
         "slos": slos,
         "steps": [step_row(s) for s in steps],
@@ -101,19 +120,20 @@ class Sweep:
     """Runs the steps; ``on_step(i, n, rate, None)`` before a step and with its result after."""
 
     def __init__(self, base: RunOptions, out_dir: Path, on_step: OnStep | None = None) -> None:
-        if base.concurrency is not None:
-            raise BadInput("--concurrency", base.concurrency, "no --concurrency in a rate sweep")
         self.base = base
         self.out_dir = out_dir
         self.on_step = on_step or (lambda *a: None)
         self.steps: list[Step] = []
         self.note = ""
 
-    def run_step(self, rate_rps: float, index: int, total: int) -> Step:
+    def run_step(self, rate_rps: float, index: int, total: int, users: int | None = None) -> Step:
+        """One step: open loop at ``rate_rps``, or closed loop with ``users`` when given."""
+        name = f"{users}users" if users else f"{rate_rps:g}rps"
         opts = dataclasses.replace(
             self.base,
-            rate=f"{rate_rps:g}/s",
-            out=str(self.out_dir / f"step-{index + 1:02d}-{rate_rps:g}rps"),
+            rate=None if users else f"{rate_rps:g}/s",
+            concurrency=users,
+            out=str(self.out_dir / f"step-{index + 1:02d}-{name}"),
             progress=False,
         )
         self.on_step(index, total, rate_rps, None)
@@ -138,6 +158,15 @@ class Sweep:
             self.note = self.stop_reason(step)
             if self.note:
                 return
+
+    def run_users(self, levels: list[int]) -> None:
+        """CLOSED-LOOP comparison: one step per number of users (no knee over offered load)."""
+        for i, users in enumerate(levels):
+            step = self.run_step(float(users), i, len(levels), users=users)
+            self.note = self.stop_reason(step)
+            if self.note:
+                return
+        self.note = "CLOSED LOOP (comparison only): load follows the server; no knee is claimed"
 
     def run_auto(self, start_rps: float, refine: int = 3) -> None:
         """Double from ``start_rps`` until a step fails, then fill the last bracket."""
@@ -192,12 +221,15 @@ def _round_rate(rate: float) -> float:
     return round(rate, max(digits, 0))
 
 
-def knee_trial(base: RunOptions, out_dir: Path, min_requests: int = 0) -> Callable[[float], Any]:
+def knee_trial(
+    base: RunOptions, out_dir: Path, min_requests: int = 0, stop_early: bool = True
+) -> Callable[[float], Any]:
     """A knee-search trial that runs one open-loop step per call, in ``out_dir/trial-NN-R``.
 
     With ``min_requests``, a trial's window stretches to hold at least that many
     requests at its rate: a p99 judged on 300 samples rests on 3 of them, and
-    near the knee that noise decides pass or fail.
+    near the knee that noise decides pass or fail. With ``stop_early``, a trial
+    stops sending once an SLO is certainly lost (:mod:`tailwise.loadgen.watch`).
     """
     from tailwise.knee import Outcome
     from tailwise.units import parse_duration_ns
@@ -217,6 +249,7 @@ def knee_trial(base: RunOptions, out_dir: Path, min_requests: int = 0) -> Callab
             rate=f"{rate_rps:.6g}/s",
             seed=base.seed + tries[rate_rps],
             duration=f"{max(base_window_s, min_requests / rate_rps):.3f}s",
+            stop_on_slo_loss=stop_early,
             out=str(out_dir / f"trial-{n:02d}-{_round_rate(rate_rps):g}rps"),
             progress=False,
         )
@@ -229,6 +262,7 @@ def knee_trial(base: RunOptions, out_dir: Path, min_requests: int = 0) -> Callab
             "throughput_rps": s["rates"]["throughput_rps"],
             "attainment": s["rates"]["attainment"],
             "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
+            "stopped_early": s.get("stopped_early"),
             "directory": str(result.directory),
         }
         return Outcome(s["verdict"] == "pass", invalid, detail)

@@ -46,6 +46,7 @@ class RunInfo:
     concurrency: int | None = None
     interrupted: bool = False
     interrupt_note: str = ""
+    stopped_early: str = ""  # the run stopped because an SLO was certainly lost
     rows_on_disk: int | None = None  # rows the records writer reported, when there is one
     llm: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -188,6 +189,8 @@ def _verdict(
         return "invalid", "no request was scheduled inside the measurement window"
     if gen["saturated"]:
         return "invalid", f"generator saturated: {gen['reason']}"
+    if info.stopped_early:
+        return "fail", f"SLO lost, stopped early: {info.stopped_early}"
     failed = [s["spec"] for s in slos if not s["passed"]]
     if failed:
         return "fail", "SLO failed: " + "; ".join(failed)
@@ -230,6 +233,7 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
         "verdict": verdict,
         "verdict_reason": reason,
         "interrupted": info.interrupted,
+        "stopped_early": info.stopped_early or None,
         "generator": gen,
     }
     if info.llm:

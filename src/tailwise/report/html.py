@@ -127,6 +127,12 @@ def run_page(s: dict[str, Any], charts: list[Path]) -> str:
     return _page(f"tailwise run {target}", body)
 
 
+def _step_name(row: dict[str, Any]) -> str:
+    if row.get("concurrency"):
+        return f"{row['concurrency']} users (closed loop)"
+    return f"{row['offered_rps']:g}/s"
+
+
 def sweep_page(doc: dict[str, Any], charts: list[Path]) -> str:
     steps = doc["steps"]
     llm = any("ttft_ms" in row for row in steps)
@@ -139,9 +145,10 @@ def sweep_page(doc: dict[str, Any], charts: list[Path]) -> str:
     rows = []
     for row in steps:
         d = row.get(dist) or {}
-        mark = " ◀ knee" if row["offered_rps"] == doc.get("knee_rps") else ""
+        knee_here = doc.get("knee_rps") is not None and row["offered_rps"] == doc["knee_rps"]
+        mark = " ◀ knee" if knee_here else ""
         rows.append(
-            f"<tr><td>{row['offered_rps']:g}/s</td><td>{row['measured_offered_rps']:.1f}</td>"
+            f"<tr><td>{_e(_step_name(row))}</td><td>{row['measured_offered_rps']:.1f}</td>"
             f"<td>{row['throughput_rps']:.1f}</td><td>{row['goodput_rps']:.1f}</td>"
             f"<td>{row['attainment']:.1%}</td><td>{_ms(d.get('p50'))}</td>"
             f"<td>{_ms(d.get('p99'))}</td>"

@@ -57,7 +57,7 @@ def sweep_throughput(doc: dict[str, Any], path: Path) -> Path:
     ax.plot(offered, [s["goodput_rps"] for s in steps], "s-", label="goodput (meets every SLO)")
     knee = doc.get("knee_rps")
     at_knee = [s["measured_offered_rps"] for s in steps if s["offered_rps"] == knee]
-    if at_knee:
+    if knee is not None and at_knee:
         label = f"knee: {knee:g}/s asked, {at_knee[0]:.1f}/s offered"
         ax.axvline(at_knee[0], color="tab:red", linestyle=":", label=label)
     ax.set_xlabel("offered load (requests/s)")
@@ -74,15 +74,18 @@ def sweep_latency(doc: dict[str, Any], path: Path) -> Path:
     """p50/p90/p99 against offered load (TTFT and TPOT for LLM sweeps), log y."""
     plt = _pyplot()
     steps = doc["steps"]
-    offered = [s["offered_rps"] for s in steps]
+    offered = [s["measured_offered_rps"] for s in steps]  # as in sweep_throughput
     llm = any("ttft_ms" in s for s in steps)
     dists = ("ttft_ms", "tpot_ms") if llm else ("latency_ms",)
     fig, axes = plt.subplots(1, len(dists), figsize=SIZE_IN, squeeze=False)
     for ax, dist in zip(axes[0], dists, strict=True):
         for q, style in (("p50", "o-"), ("p90", "^-"), ("p99", "s-")):
             ax.plot(offered, _step_values(steps, dist, q), style, label=q)
-        if doc.get("knee_rps") is not None:
-            ax.axvline(doc["knee_rps"], color="tab:red", linestyle=":")
+        at_knee = [
+            s["measured_offered_rps"] for s in steps if s["offered_rps"] == doc.get("knee_rps")
+        ]
+        if doc.get("knee_rps") is not None and at_knee:  # closed loop has none
+            ax.axvline(at_knee[0], color="tab:red", linestyle=":")
         ax.set_yscale("log")
         ax.set_xlabel("offered load (requests/s)")
         ax.set_ylabel(f"{dist.removesuffix('_ms').upper()} (ms)" if llm else "latency (ms)")

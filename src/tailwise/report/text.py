@@ -180,8 +180,11 @@ def render_sweep(doc: dict[str, Any]) -> Group:
     table.add_column("verdict")
     knee = doc.get("knee_rps")
     for row in steps:
+        first = (
+            f"{row['concurrency']} users" if row.get("concurrency") else f"{row['offered_rps']:g}/s"
+        )
         cells = [
-            f"{row['offered_rps']:g}/s",
+            first,
             f"{row['measured_offered_rps']:.1f}",
             f"{row['throughput_rps']:.1f}",
             f"{row['goodput_rps']:.1f}",
@@ -189,11 +192,13 @@ def render_sweep(doc: dict[str, Any]) -> Group:
         ]
         cells += [_ms((row.get(dist) or {}).get(q)) for dist, q in cols]
         verdict = Text(row["verdict"], _VERDICT_STYLE[row["verdict"]])
-        if knee is not None and row["offered_rps"] == knee:
+        if knee is not None and row.get("offered_rps") == knee:
             verdict.append(" ◀", "bold cyan")
         table.add_row(*cells, verdict)
     parts: list[Any] = [table]
-    if knee is not None:
+    if doc.get("mode") == "closed":
+        parts.append(Text("CLOSED LOOP: offered load follows the server's speed", "bold magenta"))
+    elif knee is not None:
         line = f"knee ◀    {knee:g}/s: the highest rate at which every SLO held"
         parts.append(Text(line, "bold"))
     else:
