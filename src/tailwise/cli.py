@@ -343,6 +343,42 @@ def report(directory: Path, quiet: bool) -> None:
 
 
 @cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", help="Run directory (default runs/<UTC time>-sim-<name>/).")
+@click.option("--json", "as_json", is_flag=True, help="Print summary.json to stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+def simulate(scenario: Path, out: str | None, as_json: bool, quiet: bool) -> None:
+    """Simulate a serving system from a YAML/TOML scenario; same summary as a measured run."""
+    import datetime as dt
+    import re
+
+    from tailwise.report.text import print_summary
+    from tailwise.sim.run import simulate as run_scenario
+    from tailwise.sim.run import write_run
+    from tailwise.sim.scenario import load_scenario
+
+    sc = load_scenario(scenario)
+    result = run_scenario(sc)
+    if out:
+        directory = Path(out)
+    else:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        slug = re.sub(r"[^A-Za-z0-9.]+", "-", sc.name).strip("-") or "scenario"
+        directory = Path("runs") / f"{stamp}-sim-{slug}"
+    write_run(directory, result, sc)
+    if as_json:
+        click.echo(json.dumps(result.summary, indent=2))
+    if not quiet:
+        print_summary(result.summary, str(directory), stderr=as_json)
+        sim = result.summary["sim"]
+        line = f"simulated {sim['requests']} requests in {sim['wall_s']:.2f}s ({sim['engine']})"
+        if "legs" in sim:
+            line += f"; extra load {sim['legs']['extra_load']:.1%} of requests"
+        click.echo(line, err=as_json)
+    sys.exit({"pass": 0, "fail": 1, "invalid": 3}[result.summary["verdict"]])
+
+
+@cli.command()
 @click.option("--window", default="6s", show_default=True, help="Measurement window per step.")
 @click.option("--rates", help="Offered rates to sweep (default 4,8,...,32,40).")
 def demo(window: str, rates: str | None) -> None:

@@ -93,9 +93,10 @@ def _distributions(s: dict[str, Any]) -> Table:
     for label, _ in _COLS:
         table.add_column(label, justify="right")
     table.add_column("n", justify="right", style="dim")
+    sim = s.get("source") == "sim"
     for label, key in _DIST_ROWS:
         d = s.get(key)
-        if d:
+        if d and not (sim and key in ("service_ms", "send_lag_ms")):  # the same as latency / 0
             table.add_row(label, *[_ms(d.get(k)) for _, k in _COLS], str(d["count"]))
     return table
 
@@ -106,7 +107,7 @@ def _checks(s: dict[str, Any]) -> Text:
         f"Little    L={ll['l_measured']:.2f} in system vs λW={ll['lambda_w']:.2f} "
         f"(gap {100 * ll['rel_gap']:.2f}%)"
     )
-    if s["mode"] == "open":
+    if s["mode"] == "open" and s.get("source") != "sim":  # a simulation sends on time
         t.append(
             f"\ngenerator send-lag p99 {g['send_lag_p99_uncapped_ms']:.3f}ms "
             f"(bound {g['max_send_lag_ms']:g}ms)"
