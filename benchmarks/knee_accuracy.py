@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from docs_block import write_block  # benchmarks/ is on sys.path when run
+
 from tailwise.capacity import mmc_max_rate
 from tailwise.knee import KneeSearch
 from tailwise.loadgen.runner import RunOptions
@@ -69,8 +71,6 @@ def measure(
 
 
 def write_docs(rows: list[dict[str, Any]], machine: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
     begin, end = "<!-- knee_accuracy:begin -->", "<!-- knee_accuracy:end -->"
     table = "\n".join(
         f"| {r['target']} | {r['capacity_rps']:g}/s | `{r['slo']}` | {r['closed_form_rps']:g}/s | "
@@ -108,12 +108,7 @@ utilisation 0.9) has not reached its steady tail: a short trial passes a rate
 that fails in steady state. Each trial must hold enough requests for its
 percentile, and be long against the queue's relaxation time.
 {end}"""
-    if begin in text:
-        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
-    print(f"wrote {path.relative_to(ROOT)}")
+    write_block(begin, end, block)
 
 
 def main() -> None:

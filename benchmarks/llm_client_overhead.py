@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from docs_block import write_block  # benchmarks/ is on sys.path when run
 
 from tailwise.metrics import derive
 from tailwise.records import read_jsonl
@@ -119,8 +120,6 @@ def trial(streams: int, work: Path) -> dict[str, Any]:
 
 
 def write_docs(rows: list[dict[str, Any]], machine: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
     begin, end = "<!-- llm_client_overhead:begin -->", "<!-- llm_client_overhead:end -->"
     table = "\n".join(
         f"| {r['streams']} | {r['requests']} | {r['ttft_p50_ms']} | {r['ttft_err_p50_ms']} | "
@@ -144,12 +143,7 @@ in ms). CPU: the client process's CPU time over wall time. Machine: {machine}.
 
 Target: TTFT p50 error <= 3 ms at 100 streams.
 {end}"""
-    if begin in text:
-        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
-    print(f"wrote {path.relative_to(ROOT)}")
+    write_block(begin, end, block)
 
 
 def main() -> None:

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from docs_block import splice  # benchmarks/ is on sys.path when run
+
 ROOT = Path(__file__).resolve().parent.parent
 # An 8 s window: a p99 over 3 s was flipped by single ~30 ms stalls of the VM's host.
 WINDOW = "8s"
@@ -212,10 +214,7 @@ kernel flushing an earlier trial's files.
 |---:|:---:|---|
 {trials}
 {end}"""
-    if begin in text:
-        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
+    text = splice(text, begin, end, block)
     hist = "<!-- wrk_vs_tailwise:history -->"
     if hist not in text:
         text += (

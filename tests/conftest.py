@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Callable, Iterator
 
@@ -10,20 +11,31 @@ import pytest
 from tailwise.server import spawn
 
 
+@contextlib.contextmanager
+def _servers(
+    start: Callable[..., tuple[subprocess.Popen[str], str]],
+) -> Iterator[Callable[..., str]]:
+    """A factory of server URLs; every process it started is stopped afterwards."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def url(*args: str) -> str:
+        proc, base = start(*args)
+        procs.append(proc)
+        return base
+
+    try:
+        yield url
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
+
+
 @pytest.fixture
 def loopback() -> Iterator[Callable[..., str]]:
     """``loopback("--service", "5ms")`` -> base URL of a fresh target, stopped after the test."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(*args: str) -> str:
-        proc, url = spawn("tailwise.server.loopback", "--lifetime", "120s", *args)
-        procs.append(proc)
-        return url
-
-    yield start
-    for p in procs:
-        p.terminate()
-        p.wait(timeout=10)
+    with _servers(lambda *a: spawn("tailwise.server.loopback", "--lifetime", "120s", *a)) as url:
+        yield url
 
 
 @pytest.fixture
@@ -31,14 +43,5 @@ def demo_target() -> Iterator[Callable[..., str]]:
     """``demo_target("http", "--workers", "4")`` -> base URL of ``tailwise serve-demo``."""
     from tailwise.server import spawn_demo
 
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(kind: str, *args: str) -> str:
-        proc, url = spawn_demo(kind, *args, lifetime="180s")
-        procs.append(proc)
-        return url
-
-    yield start
-    for p in procs:
-        p.terminate()
-        p.wait(timeout=10)
+    with _servers(lambda kind, *a: spawn_demo(kind, *a, lifetime="180s")) as url:
+        yield url

@@ -92,21 +92,24 @@ def llm_saturated_rps(
     max_num_seqs: int,
     prompt_tokens: int,
     output_tokens: int,
+    prefill_steps_per_batch: int | None = None,
 ) -> float:
     """Requests/s of the demo LLM engine (no chunked prefill) with its batch always full.
 
     Each request rides ``L - 1`` decode steps of ``T_d = a + c N`` with ``N - 1``
     others, and needs ``b P`` of prefill; every prefill step also costs ``a``.
     With ``m`` prefill steps per ``N`` completions (``1 <= m <= N``), time balance
-    gives ``X = N / ((L-1) T_d + m a + N b P)``. This returns ``m = N`` (one
-    prompt per prefill step, what Poisson arrivals onto a filling engine give):
-    a lower bound. A backlog admitted in bursts approaches ``m = 1``
+    gives ``X = N / ((L-1) T_d + m a + N b P)``. The default ``m = N`` (one
+    prompt per prefill step, what Poisson arrivals onto a filling engine give)
+    is a lower bound; a backlog admitted in bursts approaches ``m = 1``
     (:func:`llm_saturated_rps_upper`), 13% higher for the demo defaults.
     """
     n = max_num_seqs
+    m = n if prefill_steps_per_batch is None else prefill_steps_per_batch
     decode_step_s = base_s + decode_s_per_seq * n
-    prefill_step_s = base_s + prefill_s_per_token * prompt_tokens
-    return n / ((output_tokens - 1) * decode_step_s + n * prefill_step_s)
+    return n / (
+        (output_tokens - 1) * decode_step_s + m * base_s + n * prefill_s_per_token * prompt_tokens
+    )
 
 
 def llm_saturated_rps_upper(
@@ -118,10 +121,8 @@ def llm_saturated_rps_upper(
     output_tokens: int,
 ) -> float:
     """The ``m = 1`` end of :func:`llm_saturated_rps`: all N prompts share one prefill step."""
-    n = max_num_seqs
-    decode_step_s = base_s + decode_s_per_seq * n
-    return n / (
-        (output_tokens - 1) * decode_step_s + base_s + n * prefill_s_per_token * prompt_tokens
+    return llm_saturated_rps(
+        base_s, prefill_s_per_token, decode_s_per_seq, max_num_seqs, prompt_tokens, output_tokens, 1
     )
 
 

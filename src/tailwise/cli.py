@@ -226,7 +226,13 @@ def sweep(
 
 
 @cli.command()
-@click.argument("urls", nargs=-1, required=True)
+@click.argument("urls", nargs=-1)
+@click.option(
+    "--sim",
+    "scenario",
+    type=click.Path(dir_okay=False),
+    help="Search a simulator scenario instead.",
+)
 @click.option("--start", default="10/s", show_default=True, help="First rate tried.")
 @click.option("--min-rate", default="0.5/s", show_default=True, help="Lowest rate tried.")
 @click.option("--max-rate", default="100000/s", show_default=True, help="Highest rate tried.")
@@ -251,6 +257,7 @@ def sweep(
 @_run_options
 def knee(
     urls: tuple[str, ...],
+    scenario: str | None,
     start: str,
     min_rate: str,
     max_rate: str,
@@ -265,7 +272,7 @@ def knee(
     """Find the highest offered rate at which every SLO holds (bracket, bisect, repeat)."""
     from tailwise.knee import KneeAborted, KneeSearch
     from tailwise.loadgen.sweep import knee_trial
-    from tailwise.units import parse_fraction, parse_rate_rps
+    from tailwise.units import parse_count, parse_fraction, parse_rate_rps
 
     if not kw["slo"]:
         raise BadInput("--slo", "nothing", "at least one SLO, e.g. --slo 'p99(latency)<=200ms'")
@@ -278,18 +285,22 @@ def knee(
         parse_rate_rps(v, f)
         for v, f in ((min_rate, "--min-rate"), (start, "--start"), (max_rate, "--max-rate"))
     )
-    opts = _base_options(urls, "knee", kw)
-    out_dir = _search_dir(opts)
+    least = parse_count(min_requests, "--min-requests", minimum=0)
+    if bool(urls) == bool(scenario):
+        raise BadInput("URL", " ".join(urls) or None, "a URL to measure, or --sim SCENARIO")
+    if scenario:
+        trial, out_dir, slo_specs = _sim_knee_setup(scenario, kw, least)
+    else:
+        opts = _base_options(urls, "knee", kw)
+        out_dir = _search_dir(opts)
+        trial = knee_trial(opts, out_dir, least, stop_early=early_stop)
+        slo_specs = list(opts.slo)
 
     def on_trial(t: Any) -> None:
         if not quiet:
             mark = "pass" if t.passed else "fail"
             click.echo(f"  {t.phase:<8} {t.rate_rps:10.4g}/s  {mark}", err=True)
 
-    from tailwise.units import parse_count
-
-    least = parse_count(min_requests, "--min-requests", minimum=0)
-    trial = knee_trial(opts, out_dir, least, stop_early=early_stop)
     search = KneeSearch(trial, resolution=res, repeats=repeats, on_trial=on_trial)
     code = 0
     try:
@@ -299,13 +310,28 @@ def knee(
             click.echo(f"tailwise: knee: {exc}", err=True)
             sys.exit(3)
         result, code = exc.result, 3
-    doc = result.to_json(list(opts.slo))
+    doc = result.to_json(slo_specs)
     (out_dir / "knee.json").write_text(json.dumps(doc, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     if not quiet:
         _print_knee(doc, str(out_dir), stderr=as_json)
     sys.exit(code)
+
+
+def _sim_knee_setup(scenario: str, kw: dict[str, Any], least: int) -> tuple[Any, Path, list[str]]:
+    """The knee search's trial on a simulator scenario; --slo and --out apply to it."""
+    from tailwise.sim.run import sim_trial
+    from tailwise.sim.scenario import load_scenario
+
+    sc = load_scenario(scenario)
+    sc = sc.model_copy(update={"slo": list(kw["slo"]), "attainment": kw["attainment"]})
+    if kw.get("duration"):
+        arrival = sc.arrival.model_copy(update={"duration": kw["duration"]})
+        sc = sc.model_copy(update={"arrival": arrival})
+    out_dir = Path(kw.get("out") or f"runs/knee-sim-{Path(scenario).stem}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return sim_trial(sc, out_dir, least), out_dir, list(kw["slo"])
 
 
 def _print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:

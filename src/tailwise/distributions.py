@@ -61,7 +61,7 @@ class Distribution:
     @property
     def scv(self) -> float:
         """Squared coefficient of variation: 0 constant, 1 exponential."""
-        if self.kind == "const":
+        if self.kind == "const" or self.mean_ns == 0:  # every draw is the mean
             return 0.0
         if self.kind == "exp":
             return 1.0

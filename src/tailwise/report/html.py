@@ -14,14 +14,9 @@ import html
 from pathlib import Path
 from typing import Any
 
-_DISTS = (
-    ("latency", "latency_ms"),
-    ("service", "service_ms"),
-    ("send lag", "send_lag_ms"),
-    ("TTFT", "ttft_ms"),
-    ("TPOT", "tpot_ms"),
-    ("ITL", "itl_ms"),
-)
+from tailwise.report.text import DIST_ROWS
+
+_DISTS = DIST_ROWS  # the rows of the terminal summary, in its order
 _QS = ("p50", "p90", "p95", "p99", "p999", "max", "mean", "count")
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:60rem;color:#222}

@@ -8,7 +8,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-_DIST_ROWS = (
+DIST_ROWS = (
     ("latency", "latency_ms"),
     ("service", "service_ms"),
     ("send lag", "send_lag_ms"),
@@ -94,7 +94,7 @@ def _distributions(s: dict[str, Any]) -> Table:
         table.add_column(label, justify="right")
     table.add_column("n", justify="right", style="dim")
     sim = s.get("source") == "sim"
-    for label, key in _DIST_ROWS:
+    for label, key in DIST_ROWS:
         d = s.get(key)
         if d and not (sim and key in ("service_ms", "send_lag_ms")):  # the same as latency / 0
             table.add_row(label, *[_ms(d.get(k)) for _, k in _COLS], str(d["count"]))

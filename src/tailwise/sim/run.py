@@ -21,10 +21,10 @@ import numpy as np
 from tailwise.arrivals import parse_schedule
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
-from tailwise.records import Records, error_code, format_rows
+from tailwise.records import INT_COLUMNS, Records, error_code, format_rows
 from tailwise.sim.fast import fcfs_servers
 from tailwise.sim.scenario import Scenario, system_spec
-from tailwise.sim.system import OK, REJECTED, SimResult, System, SystemSpec
+from tailwise.sim.system import CANCELLED, OK, REJECTED, SimResult, System, SystemSpec
 from tailwise.units import parse_duration_ns, parse_fraction
 
 SERVICE_SEED_OFFSET = 0x5EED  # service draws: their own stream, derived from the seed
@@ -150,14 +150,16 @@ def _sim_section(
         "requests_per_s": round(n / wall_s) if wall_s > 0 else None,
     }
     if result is not None:
-        started = int((result.leg_start_ns >= 0).sum())
+        started = result.leg_start_ns >= 0
+        cancelled = result.leg_status == CANCELLED
         out["events"] = result.events
         out["legs"] = {
             "sent": len(result.leg_parent),
-            "served": started,
-            "cancelled": int((result.leg_status == 2).sum()),
-            # service capacity spent per request: hedges and unneeded fan-out legs cost this
-            "extra_load": round(started / n - spec.fanout, 4) if n else 0.0,
+            "served": int(started.sum()),
+            "cancelled": int(cancelled.sum()),
+            # Service started on legs whose answer nobody used (a hedge's loser, the
+            # spare legs of a k-of-n fan-out), per request: what the redundancy cost.
+            "extra_load": round(int((started & cancelled).sum()) / n, 4) if n else 0.0,
         }
     return out
 
@@ -167,25 +169,7 @@ def write_run(directory: Path, run: SimRun, sc: Scenario) -> None:
     (directory / "summary.json").write_text(json.dumps(run.summary, indent=2) + "\n")
     (directory / "scenario.json").write_text(json.dumps(sc.model_dump(), indent=2) + "\n")
     r = run.records
-    cols = {
-        name: getattr(r, name)
-        for name in (
-            "seq",
-            "parent",
-            "worker",
-            "scheduled_ns",
-            "sent_ns",
-            "first_byte_ns",
-            "first_token_ns",
-            "done_ns",
-            "status",
-            "bytes_out",
-            "bytes_in",
-            "input_tokens",
-            "output_tokens",
-            "replica",
-        )
-    }
+    cols = {name: getattr(r, name) for name in INT_COLUMNS}
     with (directory / "records.jsonl").open("w") as f:
         step = 4096
         for i in range(0, len(r), step):
@@ -198,3 +182,44 @@ def write_run(directory: Path, run: SimRun, sc: Scenario) -> None:
                     r.in_window[i : i + step].tolist(),
                 )
             )
+
+
+def sim_trial(sc: Scenario, out_dir: Path | None = None, min_requests: int = 0) -> Any:
+    """A knee-search trial on the simulator: the scenario at another offered rate.
+
+    The window stretches to hold ``min_requests`` requests, as for a measured
+    trial; each trial is written to ``out_dir/trial-NN-R`` when given.
+    """
+    from tailwise.knee import Outcome
+
+    base_s = parse_duration_ns(sc.arrival.duration or "60s", "scenario.arrival.duration") / 1e9
+    counter = iter(range(1, 100_000))
+    tries: dict[float, int] = {}
+
+    def trial(rate_rps: float) -> Outcome:
+        n = next(counter)
+        tries[rate_rps] = tries.get(rate_rps, -1) + 1  # a repeat gets a fresh seed
+        window_s = max(base_s, min_requests / rate_rps)
+        arrival = sc.arrival.model_copy(
+            update={
+                "rate": f"{rate_rps:.6g}/s",
+                "duration": f"{window_s:.6g}s",
+                "requests": None,
+                "seed": sc.arrival.seed + tries[rate_rps],
+            }
+        )
+        run = simulate(sc.model_copy(update={"arrival": arrival}))
+        s = run.summary
+        detail: dict[str, Any] = {
+            "goodput_rps": s["rates"]["goodput_rps"],
+            "throughput_rps": s["rates"]["throughput_rps"],
+            "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
+        }
+        if out_dir is not None:
+            where = out_dir / f"trial-{n:02d}-{rate_rps:.4g}rps"
+            write_run(where, run, sc)
+            detail["directory"] = str(where)
+        invalid = s["verdict_reason"] if s["verdict"] == "invalid" else ""
+        return Outcome(s["verdict"] == "pass", invalid, detail)
+
+    return trial

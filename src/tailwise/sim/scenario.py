@@ -22,12 +22,28 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from tailwise.arrivals import parse_schedule
 from tailwise.distributions import parse_distribution
 from tailwise.errors import BadInput
+from tailwise.metrics.slo import parse_slo
 from tailwise.sim.system import Batching, SystemSpec
 from tailwise.units import parse_duration_ns, parse_fraction
+
+_ARRIVAL_FIELDS = {
+    "--arrival": "process",
+    "--rate": "rate",
+    "--duration": "duration",
+    "schedule": "duration",
+}
 
 
 class _Strict(BaseModel):
@@ -41,6 +57,24 @@ class ArrivalModel(_Strict):
     requests: int | None = Field(default=None, ge=1)
     warmup: str = "0s"
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _schedule(self) -> ArrivalModel:
+        """Build the schedule once, so a bad process or rate names its scenario field."""
+        parse_duration_ns(self.warmup, "scenario.arrival.warmup")
+        horizon = None
+        if self.duration is not None:
+            horizon = parse_duration_ns(self.duration, "scenario.arrival.duration")
+        try:
+            parse_schedule(
+                self.process, self.rate, seed=self.seed, horizon_ns=horizon, max_count=self.requests
+            )
+        except BadInput as exc:  # the CLI's names (--rate, --arrival) -> the scenario's
+            where = _ARRIVAL_FIELDS.get(exc.field)
+            if where is None:
+                raise
+            raise BadInput(f"scenario.arrival.{where}", exc.given, exc.expected) from None
+        return self
 
 
 class BatchingModel(_Strict):
@@ -88,7 +122,17 @@ class Scenario(_Strict):
     @field_validator("service")
     @classmethod
     def _service(cls, v: str) -> str:
-        parse_distribution(v, "service")
+        parse_distribution(v, "scenario.service")
+        return v
+
+    @field_validator("slo")
+    @classmethod
+    def _slos(cls, v: list[str]) -> list[str]:
+        for i, text in enumerate(v):
+            try:
+                parse_slo(text)
+            except BadInput as exc:
+                raise BadInput(f"scenario.slo.{i}", exc.given, exc.expected) from None
         return v
 
 

@@ -149,6 +149,8 @@ class System:
 
     def _arrive(self, i: int) -> None:
         for _ in range(self.spec.fanout):
+            if self.done[i] >= 0:  # rejections already decided it: send no more legs
+                break
             self._send(self._new_leg(i))
         if self.spec.hedge_after_ns is not None:
             self.k.at(self.k.now + self.spec.hedge_after_ns, self._hedge, i)
@@ -170,6 +172,7 @@ class System:
         else:
             self.bad[i] += 1
             alive = sum(1 for x in self._open[i] if x.status < 0)
+            alive += max(0, self.spec.fanout - len(self._open[i]))  # legs not sent yet
             hedge_pending = self.spec.hedge_after_ns is not None and len(self._open[i]) == 1
             if self.good[i] + alive < self._need and not hedge_pending:
                 self._finish(i, REJECTED, leg.replica)
