@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -17,3 +19,8 @@ def splice(text: str, begin: str, end: str, block: str) -> str:
 def write_block(begin: str, end: str, block: str) -> None:
     DOCS.write_text(splice(DOCS.read_text(), begin, end, block))
     print(f"wrote {DOCS.relative_to(DOCS.parent.parent)}")
+
+
+def machine_label() -> str:
+    """The machine line every benchmark block states."""
+    return f"{os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"

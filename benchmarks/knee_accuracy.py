@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from docs_block import write_block  # benchmarks/ is on sys.path when run
+from docs_block import machine_label, write_block  # benchmarks/ is on sys.path when run
 
 from tailwise.capacity import mmc_max_rate
 from tailwise.knee import KneeSearch
@@ -115,7 +113,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--write-docs", action="store_true")
     a = ap.parse_args()
-    machine = f"{os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+    machine = machine_label()
     rows = []
     with tempfile.TemporaryDirectory(prefix="tailwise-knee-bench-") as tmp:
         for target in TARGETS:

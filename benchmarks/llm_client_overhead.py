@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import subprocess
 import sys
@@ -26,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from docs_block import write_block  # benchmarks/ is on sys.path when run
+from docs_block import machine_label, write_block  # benchmarks/ is on sys.path when run
 
 from tailwise.metrics import derive
 from tailwise.records import read_jsonl
@@ -150,7 +148,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--write-docs", action="store_true")
     a = ap.parse_args()
-    machine = f"{os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+    machine = machine_label()
     rows = []
     with tempfile.TemporaryDirectory(prefix="tailwise-llm-bench-") as tmp:
         for n in STREAMS:

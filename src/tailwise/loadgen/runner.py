@@ -54,6 +54,7 @@ from tailwise.records import Records, error_code
 from tailwise.units import parse_count, parse_duration_ns, parse_fraction
 
 WATCH_INTERVAL_S = 0.25
+WATCH_MIN_WINDOW_NS = 1_000_000_000
 START_LEAD_NS = 20_000_000  # the clock starts this long after setup, so t=0 is not late
 
 
@@ -457,8 +458,14 @@ async def _watch_loop(
     stop: asyncio.Event,
     on_loss: Callable[[str], None],
 ) -> None:
+    start, end = watch.window_ns
+    # Judge only after a second of window (or half of a shorter one): the loss may
+    # be certain sooner, but the run's own checks (send lag, Little) need samples.
+    first_ns = start + min(WATCH_MIN_WINDOW_NS, (end - start) // 2)
     while not stop.is_set() and not engine.finished_sending.is_set():
         await asyncio.sleep(WATCH_INTERVAL_S)
+        if now_ns() - t0 < first_ns:
+            continue
         reason = watch.check(engine.blocks, now_ns() - t0)
         if reason and not engine.finished_sending.is_set():
             on_loss(reason)

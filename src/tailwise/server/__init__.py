@@ -8,6 +8,7 @@ gets its own core) and returns its URL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import subprocess
 import sys
@@ -50,6 +51,24 @@ class RequestProtocol(asyncio.Protocol):
 
     def handle(self, url: bytes, body: bytes) -> None:
         raise NotImplementedError
+
+
+class Background:
+    """A coroutine that runs for the server's lifetime (an engine or batcher loop)."""
+
+    _task: asyncio.Task[None] | None = None
+
+    async def _loop(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
 
 def spawn(module: str, *args: str) -> tuple[subprocess.Popen[str], str]:

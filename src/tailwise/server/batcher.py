@@ -14,10 +14,11 @@ So throughput at batch size B is ``B / (base_s + per_item_s * B)``, at most
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
+
+from tailwise.server import Background
 
 CATCH_UP_S = 0.002
 
@@ -47,7 +48,7 @@ class BatchStats:
     busy_s: float = 0.0
 
 
-class Batcher:
+class Batcher(Background):
     def __init__(self, config: BatchConfig) -> None:
         self.config = config
         self.queue: deque[tuple[float, asyncio.Future[None]]] = deque()
@@ -55,7 +56,6 @@ class Batcher:
         self.running_batch = 0
         self._arrived = asyncio.Event()
         self._last_end_s = 0.0
-        self._task: asyncio.Task[None] | None = None
 
     def submit(self, n_inputs: int) -> list[asyncio.Future[None]]:
         """Queue ``n_inputs`` items; each future resolves when its batch is done."""
@@ -68,15 +68,6 @@ class Batcher:
         self.queue.extend((now, f) for f in futures)
         self._arrived.set()
         return futures
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
     async def _loop(self) -> None:
         cfg = self.config

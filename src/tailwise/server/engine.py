@@ -32,6 +32,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from tailwise.server import Background
+
 FINISHED = -1  # event pushed after the last token
 ABORTED = -2  # event pushed when the sequence was dropped (timeout, shutdown)
 
@@ -103,7 +105,7 @@ CATCH_UP_S = 0.002
 STEP_BUCKETS_S = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
-class Engine:
+class Engine(Background):
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.waiting: deque[Sequence] = deque()
@@ -111,7 +113,6 @@ class Engine:
         self.kv_used_tokens = 0
         self.stats = EngineStats(step_seconds_buckets=[0] * len(STEP_BUCKETS_S))
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
     # -- the request side -------------------------------------------------
 
@@ -163,14 +164,8 @@ class Engine:
 
     # -- the engine loop -------------------------------------------------
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
-
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await super().stop()
         for seq in [*self.running, *self.waiting]:
             self.abort(seq, "shutdown")
 
