@@ -410,9 +410,11 @@ async def _execute(
     if watch is not None:
 
         def on_loss(reason: str) -> None:
+            # Stop sending, but let what was sent finish (up to --timeout): most
+            # servers keep working on abandoned requests, and the next trial must
+            # not start against a backlog this one left behind.
             lost.append(reason)
             engine.stop()
-            interrupted.set()  # drain like an interruption: a grace, then cancel
 
         tasks.append(loop.create_task(_watch_loop(watch, engine, t0, stop_io, on_loss)))
     sending = asyncio.ensure_future(engine.finished_sending.wait())
@@ -429,7 +431,7 @@ async def _execute(
         loop.remove_signal_handler(sig)
     return Outcome(
         engine,
-        interrupted.is_set() and not lost,
+        interrupted.is_set(),
         note[0] if note else "",
         stopped_at,
         t0_unix,
