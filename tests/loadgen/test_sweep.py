@@ -148,17 +148,26 @@ def test_loss_watch_budget_counts_certain_misses_only() -> None:
     from tailwise.metrics.slo import parse_slo
     from tailwise.records import RecordBlock
 
-    block = RecordBlock(0, 100)
-    for j in range(100):  # one request every 10 ms
-        block.scheduled_ns[j] = j * 10_000_000
-        block.done_ns[j] = j * 10_000_000 + 5_000_000
-    watch = LossWatch([parse_slo("p99(latency)<=50ms")], (0, 10**9), expected=100.0)
-    assert watch.limits[0].budget == pytest.approx(0.01 * (100 + 30))
-    assert watch.check([block], now_ns=10**9) == ""
-    for j in range(90, 100):  # ten still out, 60+ ms overdue at t = 1.05 s: certain misses
-        block.done_ns[j] = -1
-    assert watch.check([block], now_ns=950_000_000) == ""  # at most 50 ms out: not yet
-    assert "10 certain misses" in watch.check([block], now_ns=1_050_000_000)
+    def block_of(answered: int) -> RecordBlock:
+        block = RecordBlock(0, 100)
+        for j in range(100):  # one request every 10 ms, answered 5 ms later
+            block.scheduled_ns[j] = j * 10_000_000
+            if j < answered:
+                block.done_ns[j] = j * 10_000_000 + 5_000_000
+        return block
+
+    def watch() -> LossWatch:
+        return LossWatch([parse_slo("p99(latency)<=50ms")], (0, 10**9), expected=100.0)
+
+    assert watch().limits[0].budget == pytest.approx(0.01 * (100 + 30))
+    assert watch().check([block_of(100)], now_ns=10**9) == ""
+    w, late = watch(), block_of(90)  # the last ten are still out
+    assert w.check([late], now_ns=950_000_000) == ""  # at most 50 ms out: not yet misses
+    assert "10 certain misses" in w.check([late], now_ns=1_050_000_000)  # 60 ms+: certain
+    for j in range(90, 100):  # they finish, late: the count is final and cached
+        late.done_ns[j] = j * 10_000_000 + 200_000_000
+    assert "10 certain misses" in w.check([late], now_ns=2 * 10**9)
+    assert "10 certain misses" in w.check([late], now_ns=3 * 10**9)
 
 
 def test_closed_loop_sweep_is_labelled_and_claims_no_knee(

@@ -49,30 +49,48 @@ class LossWatch:
             if target is not None and slo.metric in WATCHED_METRICS:
                 budget = (1.0 - target) * n_upper
                 self.limits.append(_Limit(slo.spec, slo.metric, int(slo.threshold), budget))
+        self._final: dict[int, list[int]] = {}  # id(block) -> misses, once all rows finished
 
     def check(self, blocks: list[RecordBlock], now_ns: int) -> str:
-        """Why the run is already lost at run-relative ``now_ns`` ('' while it is not)."""
+        """Why the run is already lost at run-relative ``now_ns`` ('' while it is not).
+
+        It runs on the load generator's event loop, so it must stay cheap: a
+        block whose rows are all finished has its misses counted once and
+        cached; each check scans only the blocks still in play.
+        """
         if not self.limits:
             return ""
-        cols = [_columns(b) for b in blocks]
-        if not cols:
-            return ""
-        sched, done, first, err = (np.concatenate(c) for c in zip(*cols, strict=True))
+        misses = [0] * len(self.limits)
+        for block in blocks:
+            counted = self._final.get(id(block))
+            if counted is None:
+                counted, final = self._block_misses(block, now_ns)
+                if final:
+                    self._final[id(block)] = counted
+            misses = [m + c for m, c in zip(misses, counted, strict=True)]
+        for lim, n in zip(self.limits, misses, strict=True):
+            if n > lim.budget:
+                return (
+                    f"{lim.spec}: {n} certain misses exceed the {lim.budget:.0f} "
+                    f"the whole window could tolerate"
+                )
+        return ""
+
+    def _block_misses(self, block: RecordBlock, now_ns: int) -> tuple[list[int], bool]:
+        """Certain misses per limit in one block, and whether that count can no longer change."""
+        sched, done, first, err = _columns(block)
         start, end = self.window_ns
         window = (sched >= start) & (sched < end) & (sched <= now_ns)
+        failed = (err != 0) & (done != ABSENT)
+        out = []
         for lim in self.limits:
             end_col = first if lim.metric == "ttft" else done
             finished = end_col != ABSENT
             slow = finished & (end_col - sched > lim.threshold_ns)
             overdue = ~finished & (done == ABSENT) & (now_ns - sched > lim.threshold_ns)
-            failed = (err != 0) & (done != ABSENT)
-            misses = int((window & (slow | overdue | failed)).sum())
-            if misses > lim.budget:
-                return (
-                    f"{lim.spec}: {misses} certain misses exceed the {lim.budget:.0f} "
-                    f"the whole window could tolerate"
-                )
-        return ""
+            out.append(int((window & (slow | overdue | failed)).sum()))
+        final = bool((done != ABSENT).all()) and bool((sched <= now_ns).all())
+        return out, final
 
 
 def _columns(b: RecordBlock) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
