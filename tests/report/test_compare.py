@@ -19,6 +19,7 @@ from tailwise.loadgen.sweep import Step, sweep_json
 from tailwise.metrics.slo import parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.report.compare import compare_dirs, compare_runs, worse_by_more_than
+from tests.clirun import run_cli as cli
 from tests.synthetic import make_records
 
 MS = 1_000_000
@@ -68,15 +69,6 @@ def write_run(path: Path, s: dict[str, Any]) -> str:
     path.mkdir(parents=True)
     (path / "summary.json").write_text(json.dumps(s, indent=2))
     return str(path)
-
-
-def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    out, err = capsys.readouterr()
-    code = exited.value.code
-    assert isinstance(code, int)
-    return code, out, err
 
 
 def regressed(a: dict[str, Any], b: dict[str, Any], threshold: float = 0.10) -> list[str]:

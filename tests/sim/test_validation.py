@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from tailwise.capacity import erlang_c, mmc_sojourn_survival
-from tailwise.cli import main
 from tailwise.distributions import parse_distribution
 from tailwise.errors import BadInput
 from tailwise.sim.fast import fcfs_one_server, fcfs_servers
 from tailwise.sim.run import simulate
 from tailwise.sim.scenario import parse_scenario
 from tailwise.sim.system import OK, System, SystemSpec
+from tests.clirun import run_cli as _cli
 from tests.sim import assert_covers, check_summary, poisson_arrivals, run
 
 MS = 1_000_000
@@ -270,15 +270,6 @@ arrival: {process: poisson, rate: 100/s, duration: 5s, warmup: 1s, seed: 3}
 service: exp:5ms
 slo: ["p99(latency)<=200ms"]
 """
-
-
-def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    out, err = capsys.readouterr()
-    code = exited.value.code
-    assert isinstance(code, int)
-    return code, out, err
 
 
 @pytest.mark.parametrize(("slo", "code"), [("p99(latency)<=200ms", 0), ("p99(latency)<=5ms", 1)])
