@@ -274,7 +274,8 @@ def test_power_of_two_choices_beats_random_routing() -> None:
     """20 replicas at 80% load. Random routing splits a Poisson stream into independent
     M/M/1 queues (mean 1/(1 - 0.8) = 5 service times); two choices lands near the
     supermarket limit 1.95, with the small finite-n excess; full-information policies do
-    better still: least_outstanding <= jsq (fewest waiting) <= power_of_d."""
+    better still: jsq beats power_of_d, and without batching least_outstanding picks
+    exactly as jsq does (a replica with a queue has every server busy)."""
     seeds, n = range(4), 12_000
     means = {
         policy: ci(_routed(policy, 20, 0.8, seed, n) for seed in seeds)
@@ -282,14 +283,15 @@ def test_power_of_two_choices_beats_random_routing() -> None:
     }
     assert means["random"].covers(supermarket_mean(0.8, 1)), means["random"]
     p2c = means["power_of_d"]
-    assert p2c.mean + p2c.half < 0.5 * (means["random"].mean - means["random"].half)
+    # Two choices more than halve random routing's closed-form mean (5 -> 1.95 + excess).
+    assert p2c.mean + p2c.half < 0.5 * supermarket_mean(0.8, 1), p2c
     limit = supermarket_mean(0.8, 2)
     # n = 20 sits a little above the n -> infinity limit (measured ~3%; the excess shrinks
     # like 1/n, and the long test below extrapolates it away): allow it up to 10%.
     assert limit - WIDEN * p2c.half <= p2c.mean <= 1.1 * limit, (limit, p2c)
     jsq, lo = means["jsq"], means["least_outstanding"]
     assert jsq.mean + jsq.half < p2c.mean - p2c.half, (jsq, p2c)
-    assert lo.mean <= jsq.mean + jsq.half, (lo, jsq)
+    assert lo.mean == jsq.mean, (lo, jsq)
 
 
 @pytest.mark.long

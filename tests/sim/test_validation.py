@@ -254,6 +254,22 @@ def test_simpy_agrees_request_by_request(servers: int, ties: bool) -> None:
         ({"servers": 0}, "scenario.servers"),
         ({"slo": ["latency<=soon"]}, "scenario.slo.0"),
         ({"attainment": "2"}, "scenario.attainment"),
+        ({"failures": {"mtbf": "exp:1s", "mttr": "often"}}, "scenario.failures.mttr"),
+        ({"failures": {"mtbf": "0s", "mttr": "1s"}}, "scenario.failures.mtbf"),
+        (
+            {"failures": {"mtbf": "1s", "mttr": "1s", "in_flight": "pray"}},
+            "scenario.failures.in_flight",
+        ),
+        ({"autoscale": {"max": 2, "min": 3, "target": 1}}, "scenario.autoscale.min"),
+        ({"autoscale": {"max": 2, "target": "lots"}}, "scenario.autoscale.target"),
+        ({"autoscale": {"max": 2, "metric": "p99", "target": "fast"}}, "scenario.autoscale.target"),
+        ({"autoscale": {"max": 2, "target": 1, "interval": "0s"}}, "scenario.autoscale.interval"),
+        ({"replicas": 0}, "scenario.replicas"),
+        ({"stages": []}, "scenario.stages"),
+        ({"stages": [{"service": "exp:1ms"}, {"service": "soon"}]}, "scenario.stages.1.service"),
+        ({"stages": [{"routing": "magic"}]}, "scenario.stages.0.routing"),
+        ({"stages": [{"service": "1ms"}], "servers": 2}, "scenario.servers"),
+        ({"stages": [{"service": "1ms"}], "hedge": {"after": "1ms"}}, "scenario.hedge"),
     ],
 )
 def test_bad_scenario_is_one_line_naming_the_field(data: dict[str, Any], field: str) -> None:

@@ -24,7 +24,16 @@ from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.records import INT_COLUMNS, Records, error_code, format_rows
 from tailwise.sim.fast import fcfs_servers
 from tailwise.sim.scenario import Scenario, system_spec
-from tailwise.sim.system import CANCELLED, OK, REJECTED, SimResult, System, SystemSpec
+from tailwise.sim.system import (
+    CANCELLED,
+    FAILED,
+    OK,
+    REJECTED,
+    UNAVAILABLE,
+    SimResult,
+    System,
+    SystemSpec,
+)
 from tailwise.units import parse_duration_ns, parse_fraction
 
 SERVICE_SEED_OFFSET = 0x5EED  # service draws: their own stream, derived from the seed
@@ -41,8 +50,8 @@ def _arrivals(sc: Scenario) -> tuple[np.ndarray, tuple[int, int]]:
     a = sc.arrival
     warmup_ns = parse_duration_ns(a.warmup, "scenario.arrival.warmup")
     horizon = None
-    if a.duration is not None:
-        horizon = warmup_ns + parse_duration_ns(a.duration, "scenario.arrival.duration")
+    if a.window() is not None:
+        horizon = warmup_ns + parse_duration_ns(a.duration or "", "scenario.arrival.duration")
     schedule = parse_schedule(
         a.process, a.rate, seed=a.seed, horizon_ns=horizon, max_count=a.requests
     )
@@ -60,6 +69,9 @@ def _fast_path(spec: SystemSpec) -> bool:
         and spec.hedge_after_ns is None
         and spec.queue_limit is None
         and not spec.slow_replicas
+        and spec.failures is None
+        and spec.autoscale is None
+        and not spec.stages
     )
 
 
@@ -89,9 +101,14 @@ def to_records(
     n = len(arrivals)
     unfinished = done < 0  # e.g. a static batch that never filled before the run ended
     err = np.zeros(n, np.int16)
+    # What a client would see: a full queue or no healthy replica is a 503 at once;
+    # a replica that dies mid-request resets the connection (no status).
     err[status == REJECTED] = error_code("rejected")
+    err[status == UNAVAILABLE] = error_code("unavailable")
+    err[status == FAILED] = error_code("reset")
     err[unfinished] = error_code("cancelled")
     done = np.where(unfinished, max(end_ns, int(arrivals.max(initial=0))), done)
+    refused = (status == REJECTED) | (status == UNAVAILABLE)
     absent = np.full(n, -1, np.int64)
     return Records(
         seq=np.arange(n, dtype=np.int64),
@@ -102,7 +119,7 @@ def to_records(
         first_byte_ns=np.where(err == 0, done, -1),
         first_token_ns=absent.copy(),
         done_ns=done,
-        status=np.where(err == 0, 200, np.where(status == REJECTED, 503, 0)).astype(np.int64),
+        status=np.where(err == 0, 200, np.where(refused, 503, 0)).astype(np.int64),
         error=err,
         bytes_out=np.zeros(n, np.int64),
         bytes_in=np.zeros(n, np.int64),
@@ -161,6 +178,7 @@ def _sim_section(
             # spare legs of a k-of-n fan-out), per request: what the redundancy cost.
             "extra_load": round(int((started & cancelled).sum()) / n, 4) if n else 0.0,
         }
+        out["stages"] = result.stages
     return out
 
 

@@ -35,7 +35,7 @@ from tailwise.arrivals import parse_schedule
 from tailwise.distributions import parse_distribution
 from tailwise.errors import BadInput
 from tailwise.metrics.slo import parse_slo
-from tailwise.sim.system import Batching, SystemSpec
+from tailwise.sim.system import Autoscale, Batching, Failures, StageSpec, SystemSpec
 from tailwise.units import parse_duration_ns, parse_fraction
 
 _ARRIVAL_FIELDS = {
@@ -44,6 +44,15 @@ _ARRIVAL_FIELDS = {
     "--duration": "duration",
     "schedule": "duration",
 }
+
+
+def _distribution(text: str) -> str:
+    """Check a distribution form; a ValueError lets pydantic name the field's full path."""
+    try:
+        parse_distribution(text, "distribution")
+    except BadInput as exc:
+        raise ValueError(exc.expected) from None
+    return text
 
 
 class _Strict(BaseModel):
@@ -58,13 +67,20 @@ class ArrivalModel(_Strict):
     warmup: str = "0s"
     seed: int = 0
 
+    def window(self) -> str | None:
+        """The duration to use: a stages or trace schedule brings its own length."""
+        own_length = self.process.startswith(("stages:", "trace:"))
+        if own_length and "duration" not in self.model_fields_set:
+            return None
+        return self.duration
+
     @model_validator(mode="after")
     def _schedule(self) -> ArrivalModel:
         """Build the schedule once, so a bad process or rate names its scenario field."""
         parse_duration_ns(self.warmup, "scenario.arrival.warmup")
         horizon = None
-        if self.duration is not None:
-            horizon = parse_duration_ns(self.duration, "scenario.arrival.duration")
+        if self.window() is not None:
+            horizon = parse_duration_ns(self.duration or "", "scenario.arrival.duration")
         try:
             parse_schedule(
                 self.process, self.rate, seed=self.seed, horizon_ns=horizon, max_count=self.requests
@@ -101,11 +117,34 @@ class HedgeModel(_Strict):
     after: str
 
 
-class Scenario(_Strict):
-    name: str = "scenario"
-    arrival: ArrivalModel = ArrivalModel(rate="100/s")
+class FailuresModel(_Strict):
+    mtbf: str  # a distribution: exp:10m is the memoryless classic
+    mttr: str
+    in_flight: Literal["fail", "retry"] = "fail"
+    max_retries: int = Field(default=2, ge=0)
+
+    @field_validator("mtbf", "mttr")
+    @classmethod
+    def _law(cls, v: str) -> str:
+        return _distribution(v)
+
+
+class AutoscaleModel(_Strict):
+    metric: Literal["concurrency", "queue", "p99"] = "concurrency"
+    target: float | str  # legs per replica (concurrency, queue) or a duration (p99)
+    min: int = Field(default=1, ge=0)
+    max: int = Field(ge=1)
+    interval: str = "15s"  # the Kubernetes HPA's sync period
+    cold_start: str = "30s"
+    tolerance: str = "10%"
+    stabilization: str = "60s"
+
+
+class _StageFields(_Strict):
+    """What one tier of replicas is: shared by a single-stage scenario and each stage."""
+
     service: str = "exp:5ms"
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=0)  # 0: scale from zero (autoscale.min 0)
     servers: int = Field(default=1, ge=1)
     queue_limit: int | None = Field(default=None, ge=0)
     routing: Literal["round_robin", "random", "jsq", "least_outstanding", "power_of_d"] = (
@@ -114,16 +153,30 @@ class Scenario(_Strict):
     power_d: int = Field(default=2, ge=1)
     batching: BatchingModel | None = None
     stragglers: StragglerModel | None = None
-    fanout: FanoutModel | None = None
-    hedge: HedgeModel | None = None
-    slo: list[str] = []
-    attainment: str = "99%"
+    failures: FailuresModel | None = None
+    autoscale: AutoscaleModel | None = None
 
     @field_validator("service")
     @classmethod
     def _service(cls, v: str) -> str:
-        parse_distribution(v, "scenario.service")
-        return v
+        return _distribution(v)
+
+
+class StageModel(_StageFields):
+    name: str = "stage"
+
+
+_STAGE_FIELDS = frozenset(_StageFields.model_fields)
+
+
+class Scenario(_StageFields):
+    name: str = "scenario"
+    arrival: ArrivalModel = ArrivalModel(rate="100/s")
+    fanout: FanoutModel | None = None
+    hedge: HedgeModel | None = None
+    stages: list[StageModel] | None = Field(default=None, min_length=1)
+    slo: list[str] = []
+    attainment: str = "99%"
 
     @field_validator("slo")
     @classmethod
@@ -138,41 +191,119 @@ class Scenario(_Strict):
 
 def system_spec(sc: Scenario) -> SystemSpec:
     """The simulator's model of a validated scenario (units parsed, cross-checks done)."""
-    st = sc.stragglers or StragglerModel()
-    bad = [r for r in st.slow_replicas if not 0 <= r < sc.replicas]
-    if bad:
-        raise BadInput("scenario.stragglers.slow_replicas", bad, f"indices in 0..{sc.replicas - 1}")
     if sc.fanout and sc.hedge:
         raise BadInput("scenario.hedge", "with fanout", "either fanout or hedge, not both")
     if sc.fanout and sc.fanout.k is not None and sc.fanout.k > sc.fanout.n:
         raise BadInput("scenario.fanout.k", sc.fanout.k, f"at most n = {sc.fanout.n}")
-    batching = None
-    if sc.batching:
-        b = sc.batching
-        batching = Batching(
-            b.mode,
-            b.size,
-            parse_duration_ns(b.max_wait, "scenario.batching.max_wait"),
-            parse_duration_ns(b.base, "scenario.batching.base"),
-            parse_duration_ns(b.per_item, "scenario.batching.per_item"),
+    stages: tuple[StageSpec, ...] = ()
+    if sc.stages:
+        both = sorted(_STAGE_FIELDS & sc.model_fields_set)
+        if both:
+            raise BadInput(
+                f"scenario.{both[0]}",
+                getattr(sc, both[0]),
+                "no top-level value beside stages (set it inside each stage)",
+            )
+        if sc.fanout or sc.hedge:
+            where = "fanout" if sc.fanout else "hedge"
+            raise BadInput(f"scenario.{where}", "with stages", "a single-stage scenario")
+        stages = tuple(
+            stage_spec(st, f"scenario.stages.{i}", st.name) for i, st in enumerate(sc.stages)
         )
+    one = stage_spec(sc, "scenario", "server")
     return SystemSpec(
-        service=parse_distribution(sc.service, "scenario.service"),
-        replicas=sc.replicas,
-        servers=sc.servers,
-        queue_limit=sc.queue_limit,
-        routing=sc.routing,
-        power_d=sc.power_d,
-        batching=batching,
-        slow_replicas=tuple(st.slow_replicas),
-        slow_factor=st.slow_factor,
-        straggler_p=parse_fraction(st.fraction, "scenario.stragglers.fraction"),
-        straggler_factor=st.factor,
+        service=one.service,
+        replicas=one.replicas,
+        servers=one.servers,
+        queue_limit=one.queue_limit,
+        routing=one.routing,
+        power_d=one.power_d,
+        batching=one.batching,
+        slow_replicas=one.slow_replicas,
+        slow_factor=one.slow_factor,
+        straggler_p=one.straggler_p,
+        straggler_factor=one.straggler_factor,
         fanout=sc.fanout.n if sc.fanout else 1,
         fanout_k=sc.fanout.k if sc.fanout else None,
         hedge_after_ns=parse_duration_ns(sc.hedge.after, "scenario.hedge.after")
         if sc.hedge
         else None,
+        failures=one.failures,
+        autoscale=one.autoscale,
+        stages=stages,
+    )
+
+
+def stage_spec(st: _StageFields, where: str, name: str) -> StageSpec:
+    """One tier's model; ``where`` prefixes the field names in errors."""
+    strag = st.stragglers or StragglerModel()
+    auto = autoscale_spec(st.autoscale, f"{where}.autoscale") if st.autoscale else None
+    if st.replicas == 0 and (auto is None or auto.min_replicas > 0):
+        raise BadInput(f"{where}.replicas", 0, "at least 1 (0 needs autoscale.min 0)")
+    top = max(st.replicas, auto.max_replicas if auto else 0)
+    bad = [r for r in strag.slow_replicas if not 0 <= r < top]
+    if bad:
+        raise BadInput(f"{where}.stragglers.slow_replicas", bad, f"indices in 0..{top - 1}")
+    batching = None
+    if st.batching:
+        b = st.batching
+        batching = Batching(
+            b.mode,
+            b.size,
+            parse_duration_ns(b.max_wait, f"{where}.batching.max_wait"),
+            parse_duration_ns(b.base, f"{where}.batching.base"),
+            parse_duration_ns(b.per_item, f"{where}.batching.per_item"),
+        )
+    failures = None
+    if st.failures:
+        f = st.failures
+        failures = Failures(
+            parse_distribution(f.mtbf, f"{where}.failures.mtbf"),
+            parse_distribution(f.mttr, f"{where}.failures.mttr"),
+            f.in_flight == "retry",
+            f.max_retries,
+        )
+        if failures.mtbf.mean_ns <= 0:
+            raise BadInput(f"{where}.failures.mtbf", f.mtbf, "a positive mean time")
+    return StageSpec(
+        service=parse_distribution(st.service, f"{where}.service"),
+        name=name,
+        replicas=st.replicas,
+        servers=st.servers,
+        queue_limit=st.queue_limit,
+        routing=st.routing,
+        power_d=st.power_d,
+        batching=batching,
+        slow_replicas=tuple(strag.slow_replicas),
+        slow_factor=strag.slow_factor,
+        straggler_p=parse_fraction(strag.fraction, f"{where}.stragglers.fraction"),
+        straggler_factor=strag.factor,
+        failures=failures,
+        autoscale=auto,
+    )
+
+
+def autoscale_spec(a: AutoscaleModel, where: str) -> Autoscale:
+    if a.min > a.max:
+        raise BadInput(f"{where}.min", a.min, f"at most max = {a.max}")
+    if a.metric == "p99":
+        target = float(parse_duration_ns(str(a.target), f"{where}.target", allow_zero=False))
+    else:
+        try:
+            target = float(a.target)
+        except ValueError:
+            target = -1.0
+        if not target > 0:
+            raise BadInput(f"{where}.target", a.target, f"a positive number of {a.metric} legs")
+    return Autoscale(
+        a.metric,
+        target,
+        a.min,
+        a.max,
+        parse_duration_ns(a.interval, f"{where}.interval", allow_zero=False),
+        parse_duration_ns(a.cold_start, f"{where}.cold_start"),
+        parse_fraction(a.tolerance, f"{where}.tolerance"),
+        parse_duration_ns(a.stabilization, f"{where}.stabilization"),
     )
 
 
@@ -182,7 +313,8 @@ def parse_scenario(data: Any) -> Scenario:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in ("scenario", *err["loc"]))
-        raise BadInput(where, err.get("input"), err["msg"].lower()) from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise BadInput(where, err.get("input"), msg[:1].lower() + msg[1:]) from None
 
 
 def load_scenario(path: str | Path) -> Scenario:
