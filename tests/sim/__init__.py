@@ -6,65 +6,51 @@ tests do not guess a tolerance for it: they run ``R`` independent replications
 confidence interval of their mean. A closed form passes when it lies inside that
 interval widened by :data:`WIDEN` (room for the few-percent chance that a fixed
 seed set lands outside, and for the small start-up bias left after warm-up).
+The interval itself is the library's (:mod:`tailwise.sim.study`, the one
+``tailwise simulate --replications`` prints); these helpers add the slack.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tailwise.sim.run import simulate
 from tailwise.sim.scenario import parse_scenario
+from tailwise.sim.study import CI as _StudyCI
+from tailwise.sim.study import ci as _study_ci
+from tailwise.sim.study import t975
+
+__all__ = [
+    "CI",
+    "WIDEN",
+    "assert_covers",
+    "check_summary",
+    "ci",
+    "poisson_arrivals",
+    "replicate",
+    "run",
+    "t975",
+]
 
 WIDEN = 1.5
 
-# Two-sided 95% Student-t quantiles t(0.975, df).
-_T975 = {
-    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-    9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
-    16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042,
-    40: 2.021, 60: 2.000, 120: 1.980,
-}  # fmt: skip
 
-
-def t975(df: int) -> float:
-    """The t quantile for ``df`` degrees of freedom (the next smaller tabulated df: wider)."""
-    if df < 1:
-        raise ValueError("a confidence interval needs at least two replications")
-    return _T975[max(k for k in _T975 if k <= df)] if df <= 120 else 1.96
-
-
-@dataclass(frozen=True)
-class CI:
-    """Mean of ``n`` replications and the half-width of its 95% interval."""
-
-    mean: float
-    half: float
-    n: int
-    sd: float  # of one replication
+class CI(_StudyCI):
+    """The library's interval with the tests' default slack (:data:`WIDEN`)."""
 
     def covers(self, truth: float, widen: float = WIDEN) -> bool:
-        slack = max(widen * self.half, 1e-12 * max(abs(truth), 1.0))
-        return abs(truth - self.mean) <= slack
+        return super().covers(truth, widen)
 
     def predicts(self, one_draw: float, widen: float = WIDEN) -> bool:
-        """Could a single further replication plausibly be ``one_draw``? (prediction interval)"""
-        half = t975(self.n - 1) * self.sd * math.sqrt(1.0 + 1.0 / self.n)
-        return abs(one_draw - self.mean) <= widen * half
-
-    def __str__(self) -> str:
-        return f"{self.mean:.6g} ± {self.half:.3g} (95% CI, {self.n} replications)"
+        return super().predicts(one_draw, widen)
 
 
 def ci(values: Iterable[float]) -> CI:
-    v = np.asarray(list(values), dtype=np.float64)
-    n = len(v)
-    sd = float(v.std(ddof=1))
-    return CI(float(v.mean()), t975(n - 1) * sd / math.sqrt(n), n, sd)
+    c = _study_ci(values)
+    return CI(c.mean, c.half, c.n, c.sd)
 
 
 def assert_covers(values: Iterable[float], truth: float, what: str, widen: float = WIDEN) -> CI:

@@ -18,7 +18,7 @@ from tailwise.capacity import erlang_c, mmc_sojourn_survival
 from tailwise.distributions import parse_distribution
 from tailwise.errors import BadInput
 from tailwise.sim.fast import fcfs_one_server, fcfs_servers
-from tailwise.sim.run import simulate
+from tailwise.sim.run import fast_path_applies, run_fast, simulate
 from tailwise.sim.scenario import parse_scenario
 from tailwise.sim.system import OK, System, SystemSpec
 from tests.clirun import run_cli as _cli
@@ -52,6 +52,30 @@ def test_event_kernel_matches_fast_path_per_request(servers: int, service: str) 
     # Per leg: service is exactly its draw, and no one waits while a server is idle.
     np.testing.assert_array_equal(events.leg_done_ns - events.leg_start_ns, draws)
     assert (events.leg_start_ns >= events.leg_sent_ns).all()
+
+
+@pytest.mark.parametrize(
+    ("routing", "servers"),
+    [("round_robin", 1), ("round_robin", 2), ("random", 1), ("random", 3), ("jsq", 1),
+     ("least_outstanding", 1)],
+)  # fmt: skip
+@pytest.mark.parametrize("bursts", [False, True])
+def test_routed_fast_paths_match_the_event_engine(routing: str, servers: int, bursts: bool) -> None:
+    """Several replicas: the vectorised split (round robin, random) and the one-loop
+    join-shortest-queue give the event engine's done instant and replica for every
+    request, ties included (bursts of simultaneous arrivals, constant service)."""
+    service = "5ms" if bursts else "exp:5ms"
+    spec = SystemSpec(parse_distribution(service), replicas=5, servers=servers, routing=routing)
+    if bursts:
+        arrivals = _bursts(3000, 7, 10 * MS)
+    else:
+        arrivals = poisson_arrivals(0.9 * 5 * servers / 0.005, 6000, seed=servers)
+    assert fast_path_applies(spec)
+    events = System(spec, np.random.default_rng([4, 9])).run(arrivals)
+    done, status, replica = run_fast(spec, arrivals, np.random.default_rng([4, 9]))
+    np.testing.assert_array_equal(done, events.done_ns)
+    np.testing.assert_array_equal(replica, events.replica)
+    assert (status == OK).all() and len(set(replica.tolist())) == 5
 
 
 @pytest.mark.parametrize("servers", [1, 2, 4])

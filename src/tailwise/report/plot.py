@@ -212,3 +212,46 @@ def sweep_charts(doc: dict[str, Any], out_dir: Path) -> list[Path]:
         sweep_throughput(doc, out_dir / "throughput_goodput.png"),
         sweep_latency(doc, out_dir / "latency_vs_load.png"),
     ]
+
+
+def vary_p99_vs_throughput(doc: dict[str, Any], path: Path) -> Path:
+    """vary.json: p99 latency against throughput, one labelled point per value of the key.
+
+    Error bars are the 95% confidence half-widths when each value was replicated;
+    the y axis turns logarithmic when the tails span more than 20x (overloaded points).
+    """
+    plt = _pyplot()
+    points = [p for p in doc["points"] if p.get("latency_p99_ms") is not None]
+    x = [p["throughput_rps"] for p in points]
+    y = [p["latency_p99_ms"] for p in points]
+    halves = [p.get("half_width") or {} for p in points]
+    fig, ax = plt.subplots(figsize=SIZE_IN)
+    ax.plot(x, y, color="0.75", linewidth=1, zorder=1)
+    ax.errorbar(
+        x,
+        y,
+        xerr=[h.get("throughput_rps") or 0.0 for h in halves],
+        yerr=[h.get("latency_p99_ms") or 0.0 for h in halves],
+        fmt="none",
+        ecolor="0.3",
+        capsize=3,
+        zorder=2,
+    )
+    leaf = doc["key"].rsplit(".", 1)[-1]
+    for p, xi, yi in zip(points, x, y, strict=True):
+        passed = p["verdict"] == "pass"
+        ax.scatter(xi, yi, color="tab:green" if passed else "tab:red", zorder=3)
+        label = f"{leaf}={p['value']}"
+        ax.annotate(label, (xi, yi), xytext=(5, 5), textcoords="offset points", fontsize=8)
+    ax.scatter([], [], color="tab:green", label="every run met its SLOs")
+    ax.scatter([], [], color="tab:red", label="an SLO failed")
+    ax.legend(fontsize="small", loc="best")
+    if y and min(y) > 0 and max(y) / min(y) > 20:
+        ax.set_yscale("log")
+    ax.set_xlabel("throughput (requests/s)")
+    ax.set_ylabel("p99 latency (ms)")
+    reps = doc.get("replications", 1)
+    extra = f", mean of {reps} runs ± 95% CI" if reps > 1 else ""
+    ax.set_title(f"p99 latency against throughput, by {doc['key']}{extra}", fontsize="medium")
+    ax.grid(alpha=0.3, which="both")
+    return _save(fig, path)

@@ -35,3 +35,62 @@ def fcfs_servers(arrivals_ns: np.ndarray, service_ns: np.ndarray, servers: int) 
         replace(free, end)
         done[i] = end
     return done
+
+
+def split_fcfs(
+    arrivals_ns: np.ndarray,
+    service_ns: np.ndarray,
+    replica: np.ndarray,
+    replicas: int,
+    servers: int,
+) -> np.ndarray:
+    """Departures when the route does not depend on state (round robin, random): each
+    replica's share of the stream is its own FCFS queue, solved vectorised."""
+    done = np.empty(len(arrivals_ns), dtype=np.int64)
+    for r in range(replicas):
+        mine = np.flatnonzero(replica == r)
+        done[mine] = fcfs_servers(arrivals_ns[mine], service_ns[mine], servers)
+    return done
+
+
+def jsq_single_servers(
+    arrivals_ns: np.ndarray, service_ns: np.ndarray, replicas: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Join the shortest queue over ``replicas`` one-server FCFS queues: (done, replica).
+
+    The count at a replica is its requests not yet departed (waiting or in
+    service); ties go round robin: to the first tied replica at or after the one
+    after the last choice, as the event engine breaks them. One heap holds every
+    pending departure as ``done << bits | replica`` (one int compares faster than
+    a tuple); departures at an arrival's instant leave first, as there.
+    """
+    bits = max(1, (replicas - 1).bit_length())
+    mask = (1 << bits) - 1
+    # Counts twice over, so list.index(m, p) finds the first tie at or after p
+    # cyclically in one C call; both halves are kept equal.
+    count = [0] * (2 * replicas)
+    last = [0] * replicas
+    heap = [1 << 62]
+    done = [0] * len(arrivals_ns)
+    chosen = [0] * len(arrivals_ns)
+    pop, push, index = heapq.heappop, heapq.heappush, count.index
+    p = 0
+    for i, (a, s) in enumerate(zip(arrivals_ns.tolist(), service_ns.tolist(), strict=True)):
+        key = a << bits | mask
+        while heap[0] <= key:
+            k = pop(heap) & mask
+            count[k] -= 1
+            count[k + replicas] -= 1
+        j = index(min(count), p)
+        if j >= replicas:
+            j -= replicas
+        p = j + 1 if j + 1 < replicas else 0
+        free = last[j]
+        end = (a if a > free else free) + s
+        last[j] = end
+        count[j] += 1
+        count[j + replicas] += 1
+        push(heap, end << bits | j)
+        done[i] = end
+        chosen[i] = j
+    return np.array(done, dtype=np.int64), np.array(chosen, dtype=np.int64)

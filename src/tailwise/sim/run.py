@@ -22,7 +22,7 @@ from tailwise.arrivals import parse_schedule
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.records import INT_COLUMNS, Records, error_code, format_rows
-from tailwise.sim.fast import fcfs_servers
+from tailwise.sim.fast import fcfs_servers, jsq_single_servers, split_fcfs
 from tailwise.sim.scenario import Scenario, system_spec
 from tailwise.sim.system import (
     CANCELLED,
@@ -33,6 +33,7 @@ from tailwise.sim.system import (
     SimResult,
     System,
     SystemSpec,
+    draw_work,
 )
 from tailwise.units import parse_duration_ns, parse_fraction
 
@@ -61,10 +62,11 @@ def _arrivals(sc: Scenario) -> tuple[np.ndarray, tuple[int, int]]:
     return arrivals.astype(np.int64), (warmup_ns, end)
 
 
-def _fast_path(spec: SystemSpec) -> bool:
-    return (
-        spec.replicas == 1
-        and spec.batching is None
+def fast_path_applies(spec: SystemSpec) -> bool:
+    """Vectorised (or one tight loop) when no request's path depends on another's fate:
+    FCFS replicas without batching, redundancy, bounds, failures or stages."""
+    simple = (
+        spec.batching is None
         and spec.fanout == 1
         and spec.hedge_after_ns is None
         and spec.queue_limit is None
@@ -73,23 +75,41 @@ def _fast_path(spec: SystemSpec) -> bool:
         and spec.autoscale is None
         and not spec.stages
     )
+    if not simple or spec.replicas == 1:
+        return simple
+    if spec.routing in ("round_robin", "random"):
+        return True
+    return spec.routing in ("jsq", "least_outstanding") and spec.servers == 1
 
 
-def _service_draws(spec: SystemSpec, rng: np.random.Generator, n: int) -> np.ndarray:
-    work = spec.service.sample(rng, n)
-    if spec.straggler_p > 0:
-        slow = rng.random(n) < spec.straggler_p
-        work = np.where(slow, np.rint(work * spec.straggler_factor).astype(np.int64), work)
-    return work
+def run_fast(spec: SystemSpec, arrivals: np.ndarray, rng: np.random.Generator) -> Any:
+    n, reps = len(arrivals), spec.replicas
+    # The same streams, in the same order, as the event engine draws them.
+    work = np.asarray(draw_work(spec.tiers()[0], rng, n), dtype=np.int64)
+    route_stream = rng.spawn(3 + 1)[0]
+    if reps == 1:
+        done, replica = fcfs_servers(arrivals, work, spec.servers), np.zeros(n, np.int64)
+    elif spec.routing == "round_robin":
+        replica = (np.arange(n, dtype=np.int64) + 1) % reps
+        done = split_fcfs(arrivals, work, replica, reps, spec.servers)
+    elif spec.routing == "random":
+        replica = (route_stream.random(n) * reps).astype(np.int64)
+        done = split_fcfs(arrivals, work, replica, reps, spec.servers)
+    else:
+        done, replica = jsq_single_servers(arrivals, work, reps)
+    return done, np.zeros(n, np.int64) + OK, replica
+
+
+def _engine_name(spec: SystemSpec) -> str:
+    state_dependent = spec.replicas > 1 and spec.routing not in ("round_robin", "random")
+    return "jsq loop" if state_dependent else "vectorised"
 
 
 def run_model(spec: SystemSpec, arrivals: np.ndarray, seed: int) -> tuple[SimResult | None, Any]:
     """(event result or None, (done_ns, status, replica)) for the requests."""
     rng = np.random.default_rng([seed, SERVICE_SEED_OFFSET])
-    if _fast_path(spec):
-        done = fcfs_servers(arrivals, _service_draws(spec, rng, len(arrivals)), spec.servers)
-        zeros = np.zeros(len(arrivals), np.int64)
-        return None, (done, zeros + OK, zeros)
+    if fast_path_applies(spec):
+        return None, run_fast(spec, arrivals, rng)
     result = System(spec, rng).run(arrivals)
     return result, (result.done_ns, result.status, result.replica)
 
@@ -161,7 +181,7 @@ def _sim_section(
     result: SimResult | None, n: int, wall_s: float, spec: SystemSpec
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "engine": "vectorised" if result is None else "events",
+        "engine": _engine_name(spec) if result is None else "events",
         "requests": n,
         "wall_s": round(wall_s, 4),
         "requests_per_s": round(n / wall_s) if wall_s > 0 else None,

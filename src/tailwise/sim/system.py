@@ -241,6 +241,7 @@ class _Tier:
     live: list[int] = field(default_factory=list)  # UP replicas, ascending
     pending: deque[_Leg] = field(default_factory=deque)  # waiting for a replica to start
     rr: int = 0
+    tie: int = 0  # jsq and least_outstanding: where the round-robin tie break resumes
     started: int = 0  # legs whose service started here
     completed: int = 0
     wait_ns: int = 0
@@ -406,6 +407,8 @@ class System:
         # jsq: fewest waiting, then fewest in service; least_outstanding: fewest of both.
         # Without batching the two orders agree (a replica with a queue has every server
         # busy), so they pick alike; with batching a queue can wait beside idle servers.
+        # Ties go round robin (as NGINX least_conn and HAProxy leastconn do): the first
+        # tied replica at or after the one after the last choice.
         weight = 1 << 32 if spec.routing == "jsq" else 1
         best_load, ties = -1, []
         for j in choices:
@@ -415,7 +418,9 @@ class System:
                 best_load, ties = load, [j]
             elif load == best_load:
                 ties.append(j)
-        return ties[0] if len(ties) == 1 else ties[int(u() * len(ties))]
+        pick = next((j for j in ties if j >= tier.tie), ties[0])
+        tier.tie = pick + 1
+        return pick
 
     # -- replicas -------------------------------------------------------------
 

@@ -1,0 +1,446 @@
+"""Studies of a scenario: replications with confidence intervals, and one-key variations.
+
+``tailwise simulate --replications N`` and ``--vary KEY=V1,V2,...`` both run
+:func:`tailwise.sim.run.simulate` several times and reduce the summaries to a
+few numbers per run (:func:`metrics_of`).
+
+**Replications.** One simulated run gives one draw of each estimate (a mean
+latency, a p99). Run ``n`` times with arrival seeds ``seed, seed+1, ...,
+seed+n-1`` (each run's service stream is derived from its arrival seed), the
+``n`` estimates are independent and identically distributed, and their mean
+has the Student-t 95% interval ``mean ± t(0.975, n-1) · sd / sqrt(n)``. The
+interval is about the *expected value of the estimate for this run length*: it
+says nothing of the start-up bias a short window or missing warm-up leaves in
+every replication alike, nor of how far one further run may land (that is the
+wider prediction interval, :meth:`CI.predicts`).
+
+**Variations.** ``vary`` sets one dotted scenario field (``batching.size``,
+``arrival.rate``, ``hedge.after``) to each value in turn, validates every
+variant before the first run, and keeps the seeds: every point sees the same
+arrivals (common random numbers), so differences between points are the
+model's, not the dice's.
+
+Documents are JSON-able dicts: schema ``tailwise.replications/1`` and
+``tailwise.vary/1``; :func:`table` formats either one as rows for a terminal.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import math
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, get_args, get_origin
+
+import numpy as np
+from pydantic import BaseModel
+
+from tailwise import __version__
+from tailwise.errors import BadInput
+from tailwise.sim.run import simulate
+from tailwise.sim.scenario import Scenario, parse_scenario, system_spec
+
+REPLICATIONS_SCHEMA = "tailwise.replications/1"
+VARY_SCHEMA = "tailwise.vary/1"
+CONFIDENCE = 0.95
+
+Progress = Callable[[int, int], None]
+"""Called after each simulated run with (runs done, runs in the study)."""
+
+# Two-sided 95% Student-t quantiles t(0.975, df).
+_T975 = {
+    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+    9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
+    16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042,
+    40: 2.021, 60: 2.000, 120: 1.980,
+}  # fmt: skip
+
+
+def t975(df: int) -> float:
+    """The t quantile for ``df`` degrees of freedom (the next smaller tabulated df: wider)."""
+    if df < 1:
+        raise ValueError("a confidence interval needs at least two replications")
+    return _T975[max(k for k in _T975 if k <= df)] if df <= 120 else 1.96
+
+
+@dataclass(frozen=True)
+class CI:
+    """Mean of ``n`` replications and the half-width of its 95% interval."""
+
+    mean: float
+    half: float
+    n: int
+    sd: float  # of one replication
+
+    def covers(self, truth: float, widen: float = 1.0) -> bool:
+        slack = max(widen * self.half, 1e-12 * max(abs(truth), 1.0))
+        return abs(truth - self.mean) <= slack
+
+    def predicts(self, one_draw: float, widen: float = 1.0) -> bool:
+        """Could a single further replication plausibly be ``one_draw``? (prediction interval)"""
+        half = t975(self.n - 1) * self.sd * math.sqrt(1.0 + 1.0 / self.n)
+        return abs(one_draw - self.mean) <= widen * half
+
+    def __str__(self) -> str:
+        return f"{self.mean:.6g} ± {self.half:.3g} (95% CI, {self.n} replications)"
+
+
+def ci(values: Iterable[float]) -> CI:
+    v = np.asarray(list(values), dtype=np.float64)
+    n = len(v)
+    sd = float(v.std(ddof=1)) if n > 1 else 0.0
+    return CI(float(v.mean()), t975(n - 1) * sd / math.sqrt(n), n, sd)
+
+
+# -- one run's numbers ---------------------------------------------------------------
+
+_DISTS = (
+    ("latency", "latency_ms", ("mean", "p50", "p90", "p99", "p999")),
+    ("ttft", "ttft_ms", ("p50", "p99")),
+    ("tpot", "tpot_ms", ("p50", "p99")),
+)
+
+
+def metrics_of(summary: dict[str, Any]) -> dict[str, float | None]:
+    """The numbers a study follows, from one summary.json; None where a run has none.
+
+    TTFT/TPOT and the redundancy's extra load appear only when the summary has them.
+    """
+    rates = summary["rates"]
+    out: dict[str, float | None] = {
+        k: rates.get(k)
+        for k in ("offered_rps", "throughput_rps", "goodput_rps", "attainment", "error_rate")
+    }
+    for prefix, key, stats in _DISTS:
+        dist = summary.get(key)
+        if dist or prefix == "latency":  # latency always: None when nothing completed
+            out.update({f"{prefix}_{q}_ms": (dist or {}).get(q) for q in stats})
+    out["littles_gap"] = (summary.get("littles_law") or {}).get("rel_gap")
+    legs = (summary.get("sim") or {}).get("legs")
+    if legs is not None:
+        out["extra_load"] = legs.get("extra_load")
+    return out
+
+
+def _stat(values: list[float | None]) -> dict[str, Any]:
+    """mean, 95% half-width (None under two values), n, sd, and the values themselves."""
+    present = [float(v) for v in values if v is not None and math.isfinite(v)]
+    out: dict[str, Any] = {"mean": None, "half": None, "n": len(present), "sd": None}
+    if len(present) >= 2:
+        c = ci(present)
+        out.update(mean=c.mean, half=c.half, sd=c.sd)
+    elif present:
+        out["mean"] = present[0]
+    out["values"] = values
+    return out
+
+
+_WORST = ("invalid", "fail", "pass")
+
+
+def _aggregate(seeds: list[int], summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    rows = [metrics_of(s) for s in summaries]
+    names = list(dict.fromkeys(k for row in rows for k in row))
+    verdicts = [s["verdict"] for s in summaries]
+    return {
+        "verdict": next((v for v in _WORST if v in verdicts), "pass"),
+        "verdicts": {v: verdicts.count(v) for v in reversed(_WORST) if v in verdicts},
+        "metrics": {k: _stat([row.get(k) for row in rows]) for k in names},
+        "runs": [
+            {"seed": seed, "verdict": s["verdict"], "verdict_reason": s["verdict_reason"]}
+            for seed, s in zip(seeds, summaries, strict=True)
+        ],
+    }
+
+
+class _Ticker:
+    """Counts runs across a whole study for the progress callback."""
+
+    def __init__(self, total: int, progress: Progress | None) -> None:
+        self.done, self.total, self.progress = 0, total, progress
+
+    def __call__(self) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+def _run_seeds(sc: Scenario, seeds: list[int], tick: _Ticker) -> list[dict[str, Any]]:
+    summaries = []
+    for seed in seeds:
+        arrival = sc.arrival.model_copy(update={"seed": seed})
+        summaries.append(simulate(sc.model_copy(update={"arrival": arrival})).summary)
+        tick()
+    return summaries
+
+
+def _seeds(sc: Scenario, n: int) -> list[int]:
+    return [sc.arrival.seed + i for i in range(n)]
+
+
+def replications(sc: Scenario, n: int, progress: Progress | None = None) -> dict[str, Any]:
+    """Run ``sc`` with ``n`` >= 2 arrival seeds from its own; each metric's mean and 95% CI."""
+    if n < 2:
+        raise BadInput("--replications", n, "at least 2 (a confidence interval needs two runs)")
+    seeds = _seeds(sc, n)
+    summaries = _run_seeds(sc, seeds, _Ticker(n, progress))
+    return {
+        "schema": REPLICATIONS_SCHEMA,
+        "tool_version": __version__,
+        "target": f"sim:{sc.name}",
+        "replications": n,
+        "seeds": seeds,
+        "confidence": CONFIDENCE,
+        **_aggregate(seeds, summaries),
+        "scenario": sc.model_dump(),
+    }
+
+
+# -- variations ------------------------------------------------------------------------
+
+VARY_FORM = "KEY=V1,V2,... (or V1;V2;... when values hold commas), e.g. batching.size=1,2,4,8"
+POINT_FIELDS = (
+    "offered_rps throughput_rps goodput_rps attainment latency_p50_ms latency_p99_ms".split()
+)
+
+
+def parse_vary(text: str) -> tuple[str, list[str]]:
+    """``KEY=V1,V2,...`` -> (key, values); values split on ``;`` instead when one is present."""
+    key, sep, rest = text.partition("=")
+    values = [v.strip() for v in rest.split(";" if ";" in rest else ",")]
+    if not sep or not key.strip() or not all(values):
+        raise BadInput("--vary", text, VARY_FORM)
+    return key.strip(), values
+
+
+INDEX = "<i>"  # a list position in a key: stages.<i>.replicas is stages.0.replicas, ...
+
+
+def _fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every dotted leaf field of a scenario model, optional sections and list items included."""
+    out: list[str] = []
+    for name, info in model.model_fields.items():
+        kinds = get_args(info.annotation) or (info.annotation,)
+        items = [get_args(k)[0] for k in kinds if get_origin(k) is list and get_args(k)]
+        sub = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
+        models = [k for k in items if isinstance(k, type) and issubclass(k, BaseModel)]
+        if sub:
+            out += _fields(sub[0], f"{prefix}{name}.")
+        elif models:
+            out += _fields(models[0], f"{prefix}{name}.{INDEX}.")
+        else:
+            out.append(f"{prefix}{name}")
+    return out
+
+
+def _check_key(key: str, given: str) -> None:
+    fields = _fields(Scenario)
+    if ".".join(INDEX if p.isdigit() else p for p in key.split(".")) in fields:
+        return
+    close = difflib.get_close_matches(key, fields, n=3)
+    hint = f"did you mean {' or '.join(close)}?" if close else "one of " + ", ".join(fields)
+    raise BadInput("--vary", given, f"KEY a dotted scenario field: {hint}")
+
+
+def _value(raw: str, current: Any) -> Any:
+    """The string as given (pydantic converts it for int/float fields); none/null -> None."""
+    if raw.lower() in ("none", "null"):
+        return None
+    return [raw] if isinstance(current, list) else raw
+
+
+def _section(parts: list[str], i: int, given: str, whole: Any) -> None:
+    """Raise unless ``whole`` (the full dump at parts[:i+1]) is a section one can set inside."""
+    where = ".".join(parts[: i + 1])
+    if whole is None:
+        raise BadInput("--vary", given, f"a scenario with a {where} section (add one to the file)")
+    if isinstance(whole, list) and not int(parts[i + 1]) < len(whole):
+        raise BadInput("--vary", given, f"an index below {len(whole)}: {where} has {len(whole)}")
+
+
+def with_value(sc: Scenario, key: str, raw: str) -> Scenario:
+    """``sc`` with the dotted field ``key`` set to ``raw``, validated as a scenario file is.
+
+    Only the fields the scenario set are carried over (plus the section the key is in),
+    so a value the file left to its default stays a default.
+    """
+    given = f"{key}={raw}"
+    _check_key(key, given)
+    data, full = sc.model_dump(exclude_unset=True), sc.model_dump()
+    node, whole, parts = data, full, key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        at: Any = int(part) if isinstance(whole, list) else part
+        _section(parts, i, given, whole[at])
+        if isinstance(node, dict) and at not in node:
+            node[at] = copy.deepcopy(whole[at])  # a default section, set explicitly now
+        node, whole = node[at], whole[at]
+    node[parts[-1]] = _value(raw, whole[parts[-1]])
+    try:
+        varied = parse_scenario(data)
+        system_spec(varied)  # cross-field checks (fan-out k <= n, slow replica indices)
+    except BadInput as exc:
+        raise BadInput("--vary", given, f"a valid {key} ({exc})") from None
+    return varied
+
+
+def vary(
+    sc: Scenario,
+    key: str,
+    values: list[str],
+    replications: int = 1,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """One point per value of ``key``: rates, latency p50/p99 (95% CIs when replicated)."""
+    if replications < 1:
+        raise BadInput("--replications", replications, "at least 1 run per value")
+    variants = [with_value(sc, key, v) for v in values]  # every value checked before any run
+    tick = _Ticker(len(values) * replications, progress)
+    points = []
+    for value, variant in zip(values, variants, strict=True):
+        seeds = _seeds(variant, replications)
+        agg = _aggregate(seeds, _run_seeds(variant, seeds, tick))
+        m = agg["metrics"]
+        point: dict[str, Any] = {"value": value, **{f: m[f]["mean"] for f in POINT_FIELDS}}
+        point["half_width"] = {f: m[f]["half"] for f in POINT_FIELDS} if replications > 1 else None
+        points.append({**point, **agg})
+    verdicts = [p["verdict"] for p in points]
+    return {
+        "schema": VARY_SCHEMA,
+        "tool_version": __version__,
+        "target": f"sim:{sc.name}",
+        "key": key,
+        "values": values,
+        "replications": replications,
+        "confidence": CONFIDENCE,
+        "verdict": next((v for v in _WORST if v in verdicts), "pass"),
+        "points": points,
+        "scenario": sc.model_dump(),
+    }
+
+
+def exit_code(doc: dict[str, Any]) -> int:
+    """As a single run: 0 every run passed, 1 an SLO failed somewhere, 3 a run was invalid."""
+    return {"pass": 0, "fail": 1, "invalid": 3}[doc["verdict"]]
+
+
+# -- terminal rows (the CLI puts them in a rich table) -----------------------------------
+
+
+_LABELS = {"littles_gap": "Little's gap", "error_rate": "error rate", "extra_load": "extra load"}
+
+
+def _label(name: str) -> str:
+    short = name.removesuffix("_ms").removesuffix("_rps").replace("p999", "p99.9")
+    return _LABELS.get(name, short.replace("_", " "))
+
+
+def _unit(name: str, mean: float) -> tuple[float, str]:
+    if name.endswith("_rps"):
+        return 1.0, "/s"
+    if name.endswith("_ms"):
+        return (1e-3, "s") if abs(mean) >= 1000 else (1.0, "ms")
+    return 100.0, "%"  # attainment, error rate, Little's gap, extra load: shares
+
+
+def _pm(name: str, stat: dict[str, Any]) -> str:
+    """``mean ± half`` with the half-width to two significant digits and the mean to match."""
+    mean, half = stat["mean"], stat["half"]
+    if mean is None:
+        return "-"
+    scale, unit = _unit(name, mean)
+    if half is None:  # as the run summary prints: 32.2ms, 5.93ms, 1.16s, 800.2/s, 99.50%
+        digits = 1 if unit == "/s" or (unit == "ms" and abs(mean) >= 10) else 2
+        return f"{mean * scale:.{digits}f}{unit}"
+    h = half * scale
+    digits = min(max(1 - math.floor(math.log10(h)), 0), 4) if h > 0 else 2
+    return f"{mean * scale:.{digits}f} ± {h:.{digits}f}{unit}"
+
+
+def _verdict_note(doc: dict[str, Any], counts: dict[str, int]) -> str:
+    runs = sum(counts.values())
+    return f"verdict   {doc['verdict'].upper()}  {counts.get('pass', 0)}/{runs} runs passed"
+
+
+def table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
+    """(column names, rows, lines after the table) for a replications or vary document."""
+    note = "± is the 95% confidence half-width (Student t, independent seeds)"
+    if doc["schema"] == REPLICATIONS_SCHEMA:
+        rows = [[_label(name), _pm(name, s), str(s["n"])] for name, s in doc["metrics"].items()]
+        return ["metric", "mean ± 95%", "n"], rows, [note, _verdict_note(doc, doc["verdicts"])]
+    points = doc["points"]
+    # The redundancy's cost (hedging, k-of-n fan-out), when some point paid one.
+    extra = [f for f in ("extra_load",) if any(p["metrics"].get(f, {}).get("mean") for p in points)]
+    fields = [*POINT_FIELDS, *extra]
+    none = {"mean": None}
+    rows = [
+        [p["value"], *[_pm(f, p["metrics"].get(f, none)) for f in fields], p["verdict"]]
+        for p in points
+    ]
+    names = ["offered", "thruput", "goodput", "attain", "lat. p50", "lat. p99", *map(_label, extra)]
+    counts: dict[str, int] = {}
+    for p in points:
+        for v, k in p["verdicts"].items():
+            counts[v] = counts.get(v, 0) + k
+    notes = [note] * (doc["replications"] > 1) + [_verdict_note(doc, counts)]
+    return [doc["key"], *names, "verdict"], rows, notes
+
+
+_STYLE = {"pass": "green", "fail": "red", "invalid": "yellow"}
+
+
+def print_study(doc: dict[str, Any], lines: list[str], *, stderr: bool = False) -> None:
+    """The study's table on the terminal (rich), then ``lines`` (where files were saved)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    head, rows, notes = table(doc)
+    grid = Table(box=None, pad_edge=False, header_style="bold")
+    for i, name in enumerate(head):
+        left = i == 0 or name == "verdict"
+        grid.add_column(name, justify="left" if left else "right", no_wrap=left)
+    for row in rows:
+        if head[-1] == "verdict":
+            grid.add_row(*row[:-1], Text(row[-1], _STYLE.get(row[-1], "")))
+        else:
+            grid.add_row(*row)
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:  # a file or a pipe: the table's own width, never wrapped
+        wide = console.options.update_width(10_000)
+        console.width = max(console.width, console.measure(grid, options=wide).maximum)
+    console.print(Text(doc["target"], "bold") + Text(f"  {_title(doc)}"))
+    console.print(grid)
+    for line in [*notes, *lines]:
+        console.print(line, markup=False)
+
+
+def _title(doc: dict[str, Any]) -> str:
+    if doc["schema"] == REPLICATIONS_SCHEMA:
+        seeds = doc["seeds"]
+        return f"{doc['replications']} replications (seeds {seeds[0]}-{seeds[-1]})"
+    runs, first = doc["replications"], doc["scenario"]["arrival"]["seed"]
+    seeds = f"seeds {first}-{first + runs - 1}" if runs > 1 else f"seed {first}"
+    each = f"{runs} runs each" if runs > 1 else "one run each"
+    if doc["key"] != "arrival.seed":
+        each += f", {seeds}"
+    return f"vary {doc['key']} over {len(doc['values'])} values, {each}"
+
+
+@contextmanager
+def progress_bar(show: bool) -> Iterator[Progress | None]:
+    """A rich progress bar on stderr fed by the study's callback; None when not shown."""
+    if not show:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress as Bar
+
+    with Bar(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("simulating", total=None)
+
+        def tick(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield tick
