@@ -23,7 +23,8 @@ from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.records import INT_COLUMNS, Records, error_code, format_rows
 from tailwise.sim.fast import fcfs_servers, jsq_single_servers, split_fcfs
-from tailwise.sim.scenario import Scenario, system_spec
+from tailwise.sim.llm import LlmResult, simulate_llm, token_counts
+from tailwise.sim.scenario import Scenario, llm_system, system_spec
 from tailwise.sim.system import (
     CANCELLED,
     FAILED,
@@ -152,12 +153,49 @@ def to_records(
     )
 
 
+def llm_records(
+    arrivals: np.ndarray,
+    res: LlmResult,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    window_ns: tuple[int, int],
+) -> Records:
+    """The LLM model's answers as a streaming client records them."""
+    n = len(arrivals)
+    ok = res.http_status == 200
+    err = np.zeros(n, np.int16)
+    err[(res.http_status >= 400) & (res.http_status < 500)] = error_code("http_4xx")
+    err[res.http_status >= 500] = error_code("http_5xx")
+    times = res.token_times
+    emitted = np.array([len(t) if t else 0 for t in times], np.int64) if times else None
+    absent = np.full(n, -1, np.int64)
+    return Records(
+        seq=np.arange(n, dtype=np.int64),
+        parent=absent.copy(),
+        worker=np.zeros(n, np.int64),
+        scheduled_ns=arrivals,
+        sent_ns=arrivals.copy(),
+        first_byte_ns=np.where(res.first_token_ns >= 0, res.first_token_ns, res.done_ns),
+        first_token_ns=res.first_token_ns.copy(),
+        done_ns=res.done_ns.copy(),
+        status=res.http_status.astype(np.int64),
+        error=err,
+        bytes_out=np.zeros(n, np.int64),
+        bytes_in=np.zeros(n, np.int64),
+        input_tokens=prompt.astype(np.int64),
+        output_tokens=np.where(ok, output, emitted if emitted is not None else -1),
+        replica=res.replica.astype(np.int64),
+        in_window=(arrivals >= window_ns[0]) & (arrivals < window_ns[1]),
+        chunk_times=list(times) if times else [None] * n,
+        capped=np.zeros(n, np.int8),
+    )
+
+
 def simulate(sc: Scenario) -> SimRun:
+    if sc.llm is not None:
+        return _simulate_llm(sc)
     spec = system_spec(sc)
-    attain = parse_fraction(sc.attainment, "scenario.attainment")
-    slos: list[SLO] = [parse_slo(s, attain) for s in sc.slo]
-    if not slos:
-        slos = [SLO("error_rate<=1%", "rate", "error_rate", 0.01, stat="error_rate", implicit=True)]
+    slos = _slos(sc)
     arrivals, window = _arrivals(sc)
     started = time.perf_counter()
     result, outcome = run_model(spec, arrivals, sc.arrival.seed)
@@ -175,6 +213,47 @@ def simulate(sc: Scenario) -> SimRun:
     summary = summarize(records, info)
     summary["sim"] = _sim_section(result, len(arrivals), wall_s, spec)
     return SimRun(summary, records, result)
+
+
+def _slos(sc: Scenario) -> list[SLO]:
+    attain = parse_fraction(sc.attainment, "scenario.attainment")
+    slos: list[SLO] = [parse_slo(s, attain) for s in sc.slo]
+    if not slos:
+        slos = [SLO("error_rate<=1%", "rate", "error_rate", 0.01, stat="error_rate", implicit=True)]
+    return slos
+
+
+def _simulate_llm(sc: Scenario) -> SimRun:
+    assert sc.llm is not None
+    spec = llm_system(sc)
+    slos = _slos(sc)
+    arrivals, window = _arrivals(sc)
+    rng = np.random.default_rng([sc.arrival.seed, SERVICE_SEED_OFFSET])
+    prompt, output = token_counts(sc.llm, rng, len(arrivals))
+    started = time.perf_counter()
+    res = simulate_llm(spec, arrivals, prompt, output, rng)
+    wall_s = time.perf_counter() - started
+    records = llm_records(arrivals, res, prompt, output, window)
+    info = RunInfo(
+        source="sim",
+        target=f"sim:{sc.name}",
+        mode="open",
+        arrival={"process": sc.arrival.process, "rate": sc.arrival.rate},
+        window_ns=window,
+        slos=slos,
+        max_send_lag_ns=2**62,
+        llm=True,
+    )
+    summary = summarize(records, info)
+    n = len(arrivals)
+    summary["sim"] = {
+        "engine": "llm steps",
+        "requests": n,
+        "steps": res.steps,
+        "wall_s": round(wall_s, 4),
+        "requests_per_s": round(n / wall_s) if wall_s > 0 else None,
+    }
+    return SimRun(summary, records, None)
 
 
 def _sim_section(

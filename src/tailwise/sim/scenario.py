@@ -35,6 +35,7 @@ from tailwise.arrivals import parse_schedule
 from tailwise.distributions import parse_distribution
 from tailwise.errors import BadInput
 from tailwise.metrics.slo import parse_slo
+from tailwise.sim.llm import LlmModel, LlmSpec, llm_spec
 from tailwise.sim.system import Autoscale, Batching, Failures, StageSpec, SystemSpec
 from tailwise.units import parse_duration_ns, parse_fraction
 
@@ -175,6 +176,7 @@ class Scenario(_StageFields):
     fanout: FanoutModel | None = None
     hedge: HedgeModel | None = None
     stages: list[StageModel] | None = Field(default=None, min_length=1)
+    llm: LlmModel | None = None
     slo: list[str] = []
     attainment: str = "99%"
 
@@ -232,6 +234,25 @@ def system_spec(sc: Scenario) -> SystemSpec:
         autoscale=one.autoscale,
         stages=stages,
     )
+
+
+# What an llm: scenario may set beside the llm section (the engine replaces the rest).
+_LLM_COMPANIONS = frozenset({"name", "arrival", "slo", "attainment", "replicas", "routing", "llm"})
+
+
+def llm_system(sc: Scenario) -> LlmSpec:
+    """The LLM engines of an ``llm:`` scenario; other serving fields do not apply."""
+    assert sc.llm is not None
+    clash = sorted(sc.model_fields_set - _LLM_COMPANIONS)
+    if clash:
+        raise BadInput(
+            f"scenario.{clash[0]}",
+            getattr(sc, clash[0]),
+            "nothing beside llm but replicas and routing (the engine's step law is the service)",
+        )
+    # For engines, "the shortest queue" is the fewest outstanding sequences.
+    routing = "least_outstanding" if sc.routing == "jsq" else sc.routing
+    return llm_spec(sc.llm, sc.replicas, routing)
 
 
 def stage_spec(st: _StageFields, where: str, name: str) -> StageSpec:
