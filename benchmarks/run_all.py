@@ -11,6 +11,7 @@ BENCHMARKS = [
     ["wrk_vs_tailwise.py", "--write-docs"],
     ["llm_client_overhead.py", "--write-docs"],
     ["knee_accuracy.py", "--write-docs"],
+    ["sim_vs_simpy.py", "--write-docs"],
 ]
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import pytest
 from tailwise.capacity import erlang_c, mmc_sojourn_survival
 from tailwise.distributions import parse_distribution
 from tailwise.errors import BadInput
-from tailwise.sim.fast import fcfs_one_server, fcfs_servers
+from tailwise.sim.fast import fcfs_one_server, fcfs_servers, jsq_kernel, jsq_python
 from tailwise.sim.run import fast_path_applies, run_fast, simulate
 from tailwise.sim.scenario import parse_scenario
 from tailwise.sim.system import OK, System, SystemSpec
@@ -76,6 +76,21 @@ def test_routed_fast_paths_match_the_event_engine(routing: str, servers: int, bu
     np.testing.assert_array_equal(done, events.done_ns)
     np.testing.assert_array_equal(replica, events.replica)
     assert (status == OK).all() and len(set(replica.tolist())) == 5
+
+
+@pytest.mark.parametrize("load", [0.9, 1.3])  # 1.3: queues outgrow the kernel's first rings
+def test_compiled_jsq_kernel_equals_the_python_loop(load: float) -> None:
+    """The Numba kernel (the ``fast`` extra) and the plain loop: same done, same replica."""
+    numba = pytest.importorskip("numba")
+    kernel = numba.njit(cache=True)(jsq_kernel)
+    arrivals = poisson_arrivals(load * 6 / 0.004, 30_000, seed=7)
+    work = np.random.default_rng(8).exponential(4e6, len(arrivals)).astype(np.int64)
+    done, chosen = kernel(arrivals, work, 6)
+    ref_done, ref_chosen = jsq_python(arrivals, work, 6)
+    np.testing.assert_array_equal(done, ref_done)
+    np.testing.assert_array_equal(chosen, ref_chosen)
+    if load > 1:  # the backlog at the last arrival outgrew the first 64-slot rings
+        assert np.bincount(chosen[done > arrivals[-1]], minlength=6).max() > 64
 
 
 @pytest.mark.parametrize("servers", [1, 2, 4])

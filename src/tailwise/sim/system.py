@@ -298,7 +298,9 @@ class System:
 
     # -- requests -------------------------------------------------------------
 
-    def run(self, arrivals_ns: np.ndarray) -> SimResult:
+    def run(self, arrivals_ns: np.ndarray, work_ns: list[int] | None = None) -> SimResult:
+        """Serve ``arrivals_ns``; ``work_ns`` replaces the first stage's service draws
+        (one per leg, in the order legs are sent), for side-by-side checks."""
         n = len(arrivals_ns)
         self.done = np.full(n, -1, dtype=np.int64)
         self.status = np.full(n, -1, dtype=np.int64)
@@ -311,6 +313,8 @@ class System:
         # The first stage's draws come first from the run's generator, as the vectorised
         # path draws them, so both engines serve identical work for identical inputs.
         first = draw_work(self.tiers[0].spec, self.rng, n * legs_per_request)
+        if work_ns is not None:
+            first = list(work_ns)
         streams = self.rng.spawn(3 + len(self.tiers))
         self._u = _Uniforms(streams[0])
         self._fail_rng = streams[1]
