@@ -403,6 +403,7 @@ def simulate(
     import datetime as dt
     import re
 
+    from tailwise.report import study as study_text
     from tailwise.report.text import print_summary
     from tailwise.sim import study
     from tailwise.sim.run import simulate as run_scenario
@@ -423,7 +424,7 @@ def simulate(
         from tailwise.errors import MissingExtra
         from tailwise.report.plot import vary_p99_vs_throughput
 
-        with study.progress_bar(sys.stderr.isatty() and not quiet) as tick:
+        with study_text.progress_bar(sys.stderr.isatty() and not quiet) as tick:
             if varied is not None:
                 doc = study.vary(sc, *varied, replications or 1, tick)
             else:
@@ -441,7 +442,7 @@ def simulate(
         if as_json:
             click.echo(json.dumps(doc, indent=2))
         if not quiet:
-            study.print_study(doc, lines, stderr=as_json)
+            study_text.print_study(doc, lines, stderr=as_json)
         sys.exit(study.exit_code(doc))
     result = run_scenario(sc)
     write_run(directory, result, sc)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tailwise.errors import BadInput, MissingExtra
+from tailwise.report import study as study_text
 from tailwise.sim import study
 from tailwise.sim.run import simulate
 from tailwise.sim.scenario import Scenario, load_scenario, parse_scenario
@@ -88,7 +89,7 @@ def test_vary_batch_size_finds_where_batching_keeps_up() -> None:
     assert points["16"]["half_width"] is None  # one run per value: no interval
     assert doc["verdict"] == "fail" and study.exit_code(doc) == 1
 
-    head, rows, notes = study.table(doc)
+    head, rows, notes = study_text.table(doc)
     assert head[0] == "batching.size" and [r[0] for r in rows] == sizes
     assert "extra load" not in head  # no redundancy, no cost column
     assert [r[-1] for r in rows] == [points[b]["verdict"] for b in sizes]
@@ -108,7 +109,7 @@ def test_vary_with_replications_gives_each_point_an_interval() -> None:
     # Common random numbers: the same arrivals at every point, more servers never slower.
     assert one["metrics"]["offered_rps"]["values"] == two["metrics"]["offered_rps"]["values"]
     assert two["latency_p99_ms"] < one["latency_p99_ms"]
-    assert "± is the 95% confidence half-width" in study.table(doc)[2][0]
+    assert "± is the 95% confidence half-width" in study_text.table(doc)[2][0]
 
 
 def test_vary_hedge_delay_trades_tail_for_extra_load() -> None:
@@ -120,7 +121,7 @@ def test_vary_hedge_delay_trades_tail_for_extra_load() -> None:
     assert early["latency_p99_ms"] < late["latency_p99_ms"]
     load = [p["metrics"]["extra_load"]["mean"] for p in doc["points"]]
     assert load[0] > 3 * load[1] > 0, load
-    head, rows, _ = study.table(doc)
+    head, rows, _ = study_text.table(doc)
     assert head[-2] == "extra load" and rows[0][-2].endswith("%")
 
 
@@ -265,9 +266,9 @@ def test_cli_bad_study_options_exit_2_with_one_line(
 
 
 def test_progress_bar_is_quiet_unless_shown() -> None:
-    with study.progress_bar(False) as tick:
+    with study_text.progress_bar(False) as tick:
         assert tick is None
-    with study.progress_bar(True) as tick:
+    with study_text.progress_bar(True) as tick:
         assert tick is not None
         tick(1, 2)
         tick(2, 2)
