@@ -1,4 +1,6 @@
-"""Closed forms for capacity: queueing (Erlang C) and the demo targets' cost models.
+"""Closed forms for capacity: queueing (Erlang C, M/M/1, M/G/1), the demo targets' cost
+models, and the planning laws behind ``tailwise plan`` (Little, Amdahl, fan-out,
+availability, cost per unit of work).
 
 Depends on nothing but the standard library; it is the oracle the tests hold
 measurements and the simulator against. Times are seconds, rates per second.
@@ -129,3 +131,162 @@ def llm_saturated_rps_upper(
 def llm_idle_ttft_s(base_s: float, prefill_s_per_token: float, prompt_tokens: int) -> float:
     """TTFT of a lone request on an idle engine: one prefill step."""
     return base_s + prefill_s_per_token * prompt_tokens
+
+
+# --- Planning closed forms (``tailwise plan``): M/M/1, M/G/1, means of M/M/c, and the
+# laws of fleet sizing. Each states its assumptions; docs/plan.md derives them.
+
+
+def _ceil(x: float) -> int:
+    """``ceil`` that ignores float noise: 15.000000000000002 replicas is 15, not 16."""
+    return math.ceil(x - 1e-9 * max(1.0, abs(x)))
+
+
+def replicas_needed(rate: float, latency_s: float, per_replica: float, utilization: float) -> int:
+    """Replicas to carry ``rate`` by Little's law: ``ceil(rate * W / (u * N))``.
+
+    ``per_replica`` (N) is the number of requests one replica holds in flight
+    before its latency degrades; ``utilization`` (u) the share of it planned on.
+    """
+    return _ceil(rate * latency_s / (per_replica * utilization))
+
+
+def mm1_sojourn_quantile(q: float, service_s: float, lam: float) -> float:
+    """The q-quantile of M/M/1 latency: it is ``Exp(mu - lam)``, so ``-ln(1-q)/(mu-lam)``."""
+    mu = 1.0 / service_s
+    if lam >= mu:
+        return math.inf
+    return -math.log1p(-q) / (mu - lam)
+
+
+def mm1_max_rate(q: float, slo_s: float, service_s: float) -> float:
+    """The highest rate at which M/M/1's q-quantile latency is <= ``slo_s`` (0 if none)."""
+    return max(0.0, 1.0 / service_s + math.log1p(-q) / slo_s)
+
+
+def mmc_queue_length(c: int, offered_load: float) -> float:
+    """Mean number waiting (Lq) in M/M/c: ``C(c, a) rho / (1 - rho)``; M/M/1 ``rho^2/(1-rho)``."""
+    rho = offered_load / c
+    if rho >= 1.0:
+        return math.inf
+    return erlang_c(c, offered_load) * rho / (1.0 - rho)
+
+
+def mmc_mean_wait_s(c: int, service_s: float, lam: float) -> float:
+    """Mean queueing wait (Wq) in M/M/c: ``C / (c mu - lam)``, by Little's law on Lq."""
+    mu = 1.0 / service_s
+    if lam >= c * mu:
+        return math.inf
+    return erlang_c(c, lam * service_s) / (c * mu - lam)
+
+
+def mmc_max_rate_mean(slo_s: float, c: int, service_s: float) -> float:
+    """The highest rate at which M/M/c's MEAN latency ``S + Wq`` is <= ``slo_s`` (0 if none).
+
+    M/M/1 has it in closed form, ``mu - 1/slo``; for c > 1 the mean grows
+    monotonically with the rate, so it is found by bisection.
+    """
+    if slo_s <= service_s:
+        return 0.0
+    if c == 1:
+        return 1.0 / service_s - 1.0 / slo_s
+    lo, hi = 0.0, c / service_s
+    for _ in range(100):
+        mid = (lo + hi) / 2.0
+        if service_s + mmc_mean_wait_s(c, service_s, mid) <= slo_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def mg1_queue_length(rho: float, cv: float) -> float:
+    """Pollaczek-Khinchine mean number waiting in M/G/1: ``rho^2 (1 + cv^2) / (2 (1 - rho))``.
+
+    ``cv`` is the service time's coefficient of variation (sd / mean): 1 gives
+    M/M/1, 0 deterministic service (M/D/1, half the queue of M/M/1).
+    """
+    if rho >= 1.0:
+        return math.inf
+    return rho * rho * (1.0 + cv * cv) / (2.0 * (1.0 - rho))
+
+
+def mg1_max_utilization_mean(slo_s: float, service_s: float, cv: float) -> float:
+    """The highest M/G/1 utilization whose mean latency ``S (1 + rho k / (1 - rho))`` is <= slo.
+
+    With ``k = (1 + cv^2) / 2`` and ``x = slo/S - 1``, that is ``rho <= x / (k + x)``.
+    """
+    if slo_s <= service_s:
+        return 0.0
+    x = slo_s / service_s - 1.0
+    k = (1.0 + cv * cv) / 2.0
+    return x / (k + x)
+
+
+def amdahl_speedup(shares: list[float], speedups: list[float]) -> float:
+    """End-to-end speedup when stage i (a share of the time) runs ``speedups[i]`` times faster.
+
+    Amdahl's law, one term per stage: ``1 / sum(share_i / s_i)``; shares sum to 1.
+    An infinite speedup removes the stage; removing every stage is an unbounded speedup.
+    """
+    left = math.fsum(p / s for p, s in zip(shares, speedups, strict=True))
+    return 1.0 / left if left > 0 else math.inf
+
+
+def fanout_slow_probability(q: float, n: int) -> float:
+    """P(a request that waits for all of n independent calls is slow): ``1 - q^n``.
+
+    ``q`` is the chance one call is fast (under the latency bound).
+    """
+    if q <= 0.0:
+        return 1.0
+    return -math.expm1(n * math.log(q))
+
+
+def fanout_backend_needed(target: float, n: int) -> float:
+    """The per-call chance of being fast that makes ``q^n = target``: ``target^(1/n)``."""
+    return float(target ** (1.0 / n))
+
+
+def k_of_m_unavailability(r: float, m: int, k: int) -> float:
+    """P(fewer than k of m independent machines are up), each up with probability r.
+
+    The lower tail of Binomial(m, r), summed in log space so that tiny
+    unavailabilities (many nines) keep their digits. ``k = m``: ``1 - r^m``.
+    """
+    if k <= 0:
+        return 0.0
+    if k > m:
+        return 1.0
+    if r >= 1.0:
+        return 0.0
+    if r <= 0.0:
+        return 1.0
+    if k == m:
+        return -math.expm1(m * math.log(r))
+    log_r, log_f, log_m = math.log(r), math.log1p(-r), math.lgamma(m + 1)
+
+    def pmf(i: int) -> float:
+        return math.exp(
+            log_m - math.lgamma(i + 1) - math.lgamma(m - i + 1) + i * log_r + (m - i) * log_f
+        )
+
+    # Sum outward from k, where the terms shrink, and stop once they no longer count:
+    # a few hundred terms even for millions of machines.
+    below_mode = k - 1 < math.floor((m + 1) * r)
+    total = 0.0
+    for i in range(k - 1, -1, -1) if below_mode else range(k, m + 1):
+        term = pmf(i)
+        total += term
+        if term == 0.0 or term < total * 1e-17:
+            break
+    return min(1.0, total) if below_mode else max(0.0, 1.0 - total)
+
+
+def cost_per_unit(dollars_per_hour: float, utilization: float, peak_per_s: float) -> float:
+    """Dollars per unit of work: ``D / (3600 u X_max)``.
+
+    A machine billed ``D`` $/h that could complete ``X_max`` units/s when fully
+    busy, but is busy only a share ``u`` of the time, pays for its idle time too.
+    """
+    return dollars_per_hour / (3600.0 * utilization * peak_per_s)
