@@ -61,3 +61,10 @@ def test_llm_saturated_rate_for_the_demo_defaults() -> None:
     x = cap.llm_saturated_rps(0.004, 0.00002, 0.0003, 32, 128, 64)
     assert x == pytest.approx(32 / (63 * 0.0136 + 32 * 0.00656))
     assert cap.llm_idle_ttft_s(0.004, 0.00002, 128) == pytest.approx(0.00656)
+
+
+@pytest.mark.parametrize("q", [0.0, 1.0, 1.5])
+def test_mmc_quantile_refuses_a_quantile_outside_0_1(q: float) -> None:
+    """q >= 1 used to loop for ever (the bracket doubles while survival > 1 - q)."""
+    with pytest.raises(ValueError, match="quantile"):
+        cap.mmc_sojourn_quantile(q, 2, 0.01, 100.0)

@@ -51,6 +51,8 @@ def mmc_sojourn_survival(t_s: float, c: int, service_s: float, lam: float) -> fl
 
 def mmc_sojourn_quantile(q: float, c: int, service_s: float, lam: float) -> float:
     """The q-quantile of M/M/c latency (seconds); inf at or past capacity."""
+    if not 0.0 < q < 1.0:  # the doubling search below never ends for q >= 1
+        raise ValueError(f"quantile must be in (0, 1), got {q}")
     if lam * service_s >= c:
         return math.inf
     lo, hi = 0.0, service_s

@@ -274,7 +274,7 @@ def knee(
     from tailwise.loadgen.sweep import knee_trial
     from tailwise.units import parse_count, parse_fraction, parse_rate_rps
 
-    if not kw["slo"]:
+    if not kw["slo"] and not scenario:  # a scenario may bring its own slo: list
         raise BadInput("--slo", "nothing", "at least one SLO, e.g. --slo 'p99(latency)<=200ms'")
     if kw.get("concurrency"):
         raise BadInput("--concurrency", kw["concurrency"], "no closed loop in a knee search")
@@ -325,13 +325,16 @@ def _sim_knee_setup(scenario: str, kw: dict[str, Any], least: int) -> tuple[Any,
     from tailwise.sim.scenario import load_scenario
 
     sc = load_scenario(scenario)
-    sc = sc.model_copy(update={"slo": list(kw["slo"]), "attainment": kw["attainment"]})
+    if kw["slo"]:  # --slo replaces the scenario's own objectives
+        sc = sc.model_copy(update={"slo": list(kw["slo"]), "attainment": kw["attainment"]})
+    elif not sc.slo:
+        raise BadInput("--slo", "nothing", "at least one SLO (here or in the scenario's slo:)")
     if kw.get("duration"):
         arrival = sc.arrival.model_copy(update={"duration": kw["duration"]})
         sc = sc.model_copy(update={"arrival": arrival})
     out_dir = Path(kw.get("out") or f"runs/knee-sim-{Path(scenario).stem}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    return sim_trial(sc, out_dir, least), out_dir, list(kw["slo"])
+    return sim_trial(sc, out_dir, least), out_dir, list(sc.slo)
 
 
 def _print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:

@@ -85,11 +85,12 @@ def test_knee_on_an_llm_scenario_lies_below_the_saturated_rate(
 ) -> None:
     scenario = tmp_path / "llm.json"
     scenario.write_text(json.dumps(DEMO))
+    # No --slo: the scenario's own slo: list (ttft<=300ms, tpot<=25ms) is the objective.
     code, _, _ = run_cli(
-        ["knee", "--sim", str(scenario), "--slo", "ttft<=300ms", "--slo", "tpot<=25ms",
-         "--out", str(tmp_path / "knee"), "-q"], capsys
-    )  # fmt: skip
+        ["knee", "--sim", str(scenario), "--out", str(tmp_path / "knee"), "-q"], capsys
+    )
     assert code == 0
+    assert json.loads((tmp_path / "knee" / "knee.json").read_text())["slos"] == DEMO["slo"]
     knee = json.loads((tmp_path / "knee" / "knee.json").read_text())["knee_rps"]
     lower = llm_saturated_rps(0.004, 0.00002, 0.0003, 32, 128, 64)
     # TTFT's p99 blows up as the engine nears saturation (~30/s), so the SLO knee lies

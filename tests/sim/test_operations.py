@@ -183,8 +183,11 @@ def test_cold_start_shows_in_the_tail_and_scale_from_zero_waits_for_it() -> None
         "replicas": 0,
         "autoscale": {"min": 0, "max": 1, "target": 1, "interval": "1h", "cold_start": "2s"},
     }
-    rec = simulate(parse_scenario(zero)).records
+    zero_run = simulate(parse_scenario(zero))
+    rec = zero_run.records
     lat_ms = ((rec.done_ns - rec.scheduled_ns) / 1e6).tolist()
+    # Time parked for the cold start is waiting: (2000 + 1010 + 20) / 3 ms.
+    assert zero_run.summary["sim"]["stages"][0]["mean_wait_ms"] == pytest.approx(1010.0)
     # The first request (t = 0) wakes a replica that is ready at 2 s; the second (1 s)
     # is parked behind it; the third arrives as it becomes ready and queues behind both.
     assert lat_ms == pytest.approx([2010.0, 1020.0, 30.0])

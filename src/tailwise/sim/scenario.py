@@ -245,9 +245,10 @@ def llm_system(sc: Scenario) -> LlmSpec:
     assert sc.llm is not None
     clash = sorted(sc.model_fields_set - _LLM_COMPANIONS)
     if clash:
+        value = getattr(sc, clash[0])
         raise BadInput(
             f"scenario.{clash[0]}",
-            getattr(sc, clash[0]),
+            value if isinstance(value, str | int | float) else "a section",
             "nothing beside llm but replicas and routing (the engine's step law is the service)",
         )
     # For engines, "the shortest queue" is the fewest outstanding sequences.

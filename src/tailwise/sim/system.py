@@ -428,9 +428,11 @@ class System:
 
     # -- replicas -------------------------------------------------------------
 
-    def _send(self, leg: _Leg, avoid: int = -1) -> None:
+    def _send(self, leg: _Leg, avoid: int = -1, since: int = -1) -> None:
+        """Route ``leg`` in its stage; ``since`` keeps an earlier queue-join time (a leg
+        parked for want of a replica has been waiting since it was parked)."""
         tier = self.tiers[leg.stage]
-        leg.queued = self.k.now
+        leg.queued = self.k.now if since < 0 else since
         r = self._route(tier, avoid)
         if r < 0:
             self._no_replica(tier, leg)
@@ -642,7 +644,7 @@ class System:
         if tier.track:
             self._flow(tier, -len(parked), -len(parked))
         for leg in parked:
-            self._send(leg)
+            self._send(leg, since=leg.queued)
 
     # -- autoscaling ----------------------------------------------------------
 
