@@ -48,6 +48,15 @@ def _inputs(n: int, rate_rps: float, service_ms: float, seed: int) -> tuple[np.n
 # -- SimPy references ---------------------------------------------------------------------
 
 
+def _source(env: Any, arrivals: list[int], customer: Any) -> Any:
+    """SimPy's arrival process: one customer process per arrival instant."""
+    prev = 0
+    for i, a in enumerate(arrivals):
+        yield env.timeout(a - prev)
+        prev = a
+        env.process(customer(i))
+
+
 def simpy_mm1(arrivals: list[int], service: list[int]) -> list[int]:
     import simpy
 
@@ -61,14 +70,7 @@ def simpy_mm1(arrivals: list[int], service: list[int]) -> list[int]:
             yield env.timeout(service[i])
         done[i] = env.now
 
-    def source() -> Any:
-        prev = 0
-        for i, a in enumerate(arrivals):
-            yield env.timeout(a - prev)
-            prev = a
-            env.process(customer(i))
-
-    env.process(source())
+    env.process(_source(env, arrivals, customer))
     env.run()
     return done
 
@@ -95,14 +97,7 @@ def simpy_jsq(arrivals: list[int], service: list[int], replicas: int) -> list[in
             yield env.timeout(service[i])
         done[i] = env.now
 
-    def source() -> Any:
-        prev = 0
-        for i, a in enumerate(arrivals):
-            yield env.timeout(a - prev)
-            prev = a
-            env.process(customer(i))
-
-    env.process(source())
+    env.process(_source(env, arrivals, customer))
     env.run()
     return done
 

@@ -201,18 +201,22 @@ def simulate(sc: Scenario) -> SimRun:
     result, outcome = run_model(spec, arrivals, sc.arrival.seed)
     wall_s = time.perf_counter() - started
     records = to_records(arrivals, outcome, window, window[1])
-    info = RunInfo(
+    summary = summarize(records, _run_info(sc, window, slos, llm=False))
+    summary["sim"] = _sim_section(result, len(arrivals), wall_s, spec)
+    return SimRun(summary, records, result)
+
+
+def _run_info(sc: Scenario, window: tuple[int, int], slos: list[SLO], llm: bool) -> RunInfo:
+    return RunInfo(
         source="sim",
         target=f"sim:{sc.name}",
         mode="open",
         arrival={"process": sc.arrival.process, "rate": sc.arrival.rate},
         window_ns=window,
         slos=slos,
-        max_send_lag_ns=2**62,
+        max_send_lag_ns=2**62,  # virtual time: the "generator" is never late
+        llm=llm,
     )
-    summary = summarize(records, info)
-    summary["sim"] = _sim_section(result, len(arrivals), wall_s, spec)
-    return SimRun(summary, records, result)
 
 
 def _slos(sc: Scenario) -> list[SLO]:
@@ -234,17 +238,7 @@ def _simulate_llm(sc: Scenario) -> SimRun:
     res = simulate_llm(spec, arrivals, prompt, output, rng)
     wall_s = time.perf_counter() - started
     records = llm_records(arrivals, res, prompt, output, window)
-    info = RunInfo(
-        source="sim",
-        target=f"sim:{sc.name}",
-        mode="open",
-        arrival={"process": sc.arrival.process, "rate": sc.arrival.rate},
-        window_ns=window,
-        slos=slos,
-        max_send_lag_ns=2**62,
-        llm=True,
-    )
-    summary = summarize(records, info)
+    summary = summarize(records, _run_info(sc, window, slos, llm=True))
     n = len(arrivals)
     summary["sim"] = {
         "engine": "llm steps",
