@@ -272,6 +272,8 @@ def _sim_section(
             "extra_load": round(int((started & cancelled).sum()) / n, 4) if n else 0.0,
         }
         out["stages"] = result.stages
+        if spec.hedge_quantile is not None and result.hedge_delay_ns is not None:
+            out["hedge_delay_ms"] = round(result.hedge_delay_ns / 1e6, 4)
     return out
 
 

@@ -18,10 +18,12 @@ slo: ["latency<=200ms"]
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -32,7 +34,7 @@ from pydantic import (
 )
 
 from tailwise.arrivals import parse_schedule
-from tailwise.distributions import parse_distribution
+from tailwise.distributions import Distribution, parse_distribution
 from tailwise.errors import BadInput
 from tailwise.metrics.slo import parse_slo
 from tailwise.sim.llm import LlmModel, LlmSpec, llm_spec
@@ -115,7 +117,7 @@ class FanoutModel(_Strict):
 
 
 class HedgeModel(_Strict):
-    after: str
+    after: str  # a delay (15ms) or a quantile of recent answers (p95)
 
 
 class FailuresModel(_Strict):
@@ -213,6 +215,7 @@ def system_spec(sc: Scenario) -> SystemSpec:
             stage_spec(st, f"scenario.stages.{i}", st.name) for i, st in enumerate(sc.stages)
         )
     one = stage_spec(sc, "scenario", "server")
+    hedge = hedge_delay(sc.hedge.after, one.service) if sc.hedge else None
     return SystemSpec(
         service=one.service,
         replicas=one.replicas,
@@ -227,9 +230,8 @@ def system_spec(sc: Scenario) -> SystemSpec:
         straggler_factor=one.straggler_factor,
         fanout=sc.fanout.n if sc.fanout else 1,
         fanout_k=sc.fanout.k if sc.fanout else None,
-        hedge_after_ns=parse_duration_ns(sc.hedge.after, "scenario.hedge.after")
-        if sc.hedge
-        else None,
+        hedge_after_ns=hedge[0] if hedge else None,
+        hedge_quantile=hedge[1] if hedge else None,
         failures=one.failures,
         autoscale=one.autoscale,
         stages=stages,
@@ -254,6 +256,22 @@ def llm_system(sc: Scenario) -> LlmSpec:
     # For engines, "the shortest queue" is the fewest outstanding sequences.
     routing = "least_outstanding" if sc.routing == "jsq" else sc.routing
     return llm_spec(sc.llm, sc.replicas, routing)
+
+
+_QUANTILE_RE = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
+
+
+def hedge_delay(after: str, service: Distribution) -> tuple[int, float | None]:
+    """(first delay ns, quantile or None): ``15ms`` is fixed; ``p95`` starts at the
+    service law's 95th percentile and then follows the last answers."""
+    m = _QUANTILE_RE.match(after.strip())
+    if m is None:
+        return parse_duration_ns(after, "scenario.hedge.after"), None
+    q = float(m.group(1)) / 100
+    if not 0 < q < 1:
+        raise BadInput("scenario.hedge.after", after, "a delay such as 15ms, or p50..p99.9")
+    draws = service.sample(np.random.default_rng(0), 100_000)  # a fixed estimate, no run rng
+    return int(np.quantile(draws, q)), q
 
 
 def stage_spec(st: _StageFields, where: str, name: str) -> StageSpec:

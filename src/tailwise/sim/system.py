@@ -54,6 +54,7 @@ OK, REJECTED, CANCELLED, FAILED, UNAVAILABLE = 0, 1, 2, 3, 4
 UP, STARTING, DOWN, DRAINING, OFF = 0, 1, 2, 3, 4
 _BILLED = (UP, STARTING, DOWN, DRAINING)  # a replica you pay for
 _DRAW_CHUNK = 4096
+HEDGE_WINDOW = 2048  # answers a percentile hedge delay is taken over
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,9 @@ class SystemSpec:
     fanout: int = 1
     fanout_k: int | None = None  # None: wait for all n
     hedge_after_ns: int | None = None
+    # Hedge after this quantile of recent answers (The Tail at Scale's "p95"); the
+    # delay starts at hedge_after_ns and follows the last answers from then on.
+    hedge_quantile: float | None = None
     failures: Failures | None = None
     autoscale: Autoscale | None = None
     stages: tuple[StageSpec, ...] = ()
@@ -163,6 +167,7 @@ class SimResult:
     leg_replica: np.ndarray
     events: int
     stages: list[dict[str, Any]] = field(default_factory=list)
+    hedge_delay_ns: int | None = None  # the hedge delay in force at the end
 
 
 @dataclass(eq=False)
@@ -285,6 +290,9 @@ class System:
         self._need = 0
         self._open: dict[int, list[_Leg]] = {}
         self._groups = 0
+        self._hedge_ns = spec.hedge_after_ns
+        self._answers: deque[int] = deque(maxlen=HEDGE_WINDOW)
+        self._since_update = 0
 
     @staticmethod
     def _replicas(t: StageSpec) -> list[_Replica]:
@@ -347,8 +355,8 @@ class System:
             if self.done[i] >= 0:  # rejections already decided it: send no more legs
                 break
             self._send(self._new_leg(i))
-        if self.spec.hedge_after_ns is not None:
-            self.k.at(self.k.now + self.spec.hedge_after_ns, self._hedge, i)
+        if self._hedge_ns is not None:
+            self.k.at(self.k.now + self._hedge_ns, self._hedge, i)
 
     def _hedge(self, i: int) -> None:
         if self.done[i] >= 0:
@@ -361,6 +369,8 @@ class System:
         if self.done[i] >= 0:
             return
         if leg.status == OK:
+            if self.spec.hedge_quantile is not None:
+                self._learn_answer(self.k.now - leg.sent)
             self.good[i] += 1
             if self.good[i] >= self._need:
                 self._finish(i, OK, leg.replica)
@@ -371,6 +381,16 @@ class System:
             hedge_pending = self.spec.hedge_after_ns is not None and len(self._open[i]) == 1
             if self.good[i] + alive < self._need and not hedge_pending:
                 self._finish(i, leg.status, leg.replica)
+
+    def _learn_answer(self, latency_ns: int) -> None:
+        """Track the hedge quantile over the last answers (recomputed every 128)."""
+        q = self.spec.hedge_quantile
+        assert q is not None
+        self._answers.append(latency_ns)
+        self._since_update += 1
+        if self._since_update >= 128:
+            self._since_update = 0
+            self._hedge_ns = int(np.quantile(np.fromiter(self._answers, np.int64), q))
 
     def _finish(self, i: int, status: int, replica: int) -> None:
         self.done[i], self.status[i], self.replica[i] = self.k.now, status, replica
@@ -812,4 +832,5 @@ class System:
             col("replica"),
             self.k.events,
             [self._stage_stats(t) for t in self.tiers],
+            self._hedge_ns,
         )
