@@ -130,27 +130,38 @@ def to_records(
     err[unfinished] = error_code("cancelled")
     done = np.where(unfinished, max(end_ns, int(arrivals.max(initial=0))), done)
     refused = (status == REJECTED) | (status == UNAVAILABLE)
-    absent = np.full(n, -1, np.int64)
-    return Records(
-        seq=np.arange(n, dtype=np.int64),
-        parent=absent.copy(),
-        worker=np.zeros(n, np.int64),
-        scheduled_ns=arrivals,
-        sent_ns=arrivals.copy(),
+    return _records(
+        arrivals,
+        window_ns,
         first_byte_ns=np.where(err == 0, done, -1),
-        first_token_ns=absent.copy(),
         done_ns=done,
         status=np.where(err == 0, 200, np.where(refused, 503, 0)).astype(np.int64),
         error=err,
-        bytes_out=np.zeros(n, np.int64),
-        bytes_in=np.zeros(n, np.int64),
-        input_tokens=absent.copy(),
-        output_tokens=absent.copy(),
         replica=replica.astype(np.int64),
-        in_window=(arrivals >= window_ns[0]) & (arrivals < window_ns[1]),
-        chunk_times=[None] * n,
-        capped=np.zeros(n, np.int8),
     )
+
+
+def _records(arrivals: np.ndarray, window_ns: tuple[int, int], **cols: Any) -> Records:
+    """A simulated run's records: sent when scheduled (virtual time has no lag), no
+    bytes; ``cols`` gives the answer columns."""
+    n = len(arrivals)
+    absent = np.full(n, -1, np.int64)
+    base: dict[str, Any] = {
+        "seq": np.arange(n, dtype=np.int64),
+        "parent": absent.copy(),
+        "worker": np.zeros(n, np.int64),
+        "scheduled_ns": arrivals,
+        "sent_ns": arrivals.copy(),
+        "first_token_ns": absent.copy(),
+        "bytes_out": np.zeros(n, np.int64),
+        "bytes_in": np.zeros(n, np.int64),
+        "input_tokens": absent.copy(),
+        "output_tokens": absent.copy(),
+        "in_window": (arrivals >= window_ns[0]) & (arrivals < window_ns[1]),
+        "chunk_times": [None] * n,
+        "capped": np.zeros(n, np.int8),
+    }
+    return Records(**(base | cols))
 
 
 def llm_records(
@@ -168,26 +179,18 @@ def llm_records(
     err[res.http_status >= 500] = error_code("http_5xx")
     times = res.token_times
     emitted = np.array([len(t) if t else 0 for t in times], np.int64) if times else None
-    absent = np.full(n, -1, np.int64)
-    return Records(
-        seq=np.arange(n, dtype=np.int64),
-        parent=absent.copy(),
-        worker=np.zeros(n, np.int64),
-        scheduled_ns=arrivals,
-        sent_ns=arrivals.copy(),
+    return _records(
+        arrivals,
+        window_ns,
         first_byte_ns=np.where(res.first_token_ns >= 0, res.first_token_ns, res.done_ns),
         first_token_ns=res.first_token_ns.copy(),
         done_ns=res.done_ns.copy(),
         status=res.http_status.astype(np.int64),
         error=err,
-        bytes_out=np.zeros(n, np.int64),
-        bytes_in=np.zeros(n, np.int64),
         input_tokens=prompt.astype(np.int64),
         output_tokens=np.where(ok, output, emitted if emitted is not None else -1),
         replica=res.replica.astype(np.int64),
-        in_window=(arrivals >= window_ns[0]) & (arrivals < window_ns[1]),
         chunk_times=list(times) if times else [None] * n,
-        capped=np.zeros(n, np.int8),
     )
 
 
