@@ -48,13 +48,27 @@ def _inputs(n: int, rate_rps: float, service_ms: float, seed: int) -> tuple[np.n
 # -- SimPy references ---------------------------------------------------------------------
 
 
-def _source(env: Any, arrivals: list[int], customer: Any) -> Any:
-    """SimPy's arrival process: one customer process per arrival instant."""
-    prev = 0
-    for i, a in enumerate(arrivals):
-        yield env.timeout(a - prev)
-        prev = a
-        env.process(customer(i))
+def _serve(env: Any, arrivals: list[int], service: list[int], pick: Any) -> list[int]:
+    """SimPy's textbook model: a process per customer, which asks ``pick()`` for a
+    one-server Resource, queues for it, holds it for its service time."""
+    done = [0] * len(arrivals)
+
+    def customer(i: int) -> Any:
+        with pick().request() as req:
+            yield req
+            yield env.timeout(service[i])
+        done[i] = env.now
+
+    def source() -> Any:
+        prev = 0
+        for i, a in enumerate(arrivals):
+            yield env.timeout(a - prev)
+            prev = a
+            env.process(customer(i))
+
+    env.process(source())
+    env.run()
+    return done
 
 
 def simpy_mm1(arrivals: list[int], service: list[int]) -> list[int]:
@@ -62,17 +76,7 @@ def simpy_mm1(arrivals: list[int], service: list[int]) -> list[int]:
 
     env = simpy.Environment()
     server = simpy.Resource(env, capacity=1)
-    done = [0] * len(arrivals)
-
-    def customer(i: int) -> Any:
-        with server.request() as req:
-            yield req
-            yield env.timeout(service[i])
-        done[i] = env.now
-
-    env.process(_source(env, arrivals, customer))
-    env.run()
-    return done
+    return _serve(env, arrivals, service, lambda: server)
 
 
 def simpy_jsq(arrivals: list[int], service: list[int], replicas: int) -> list[int]:
@@ -82,24 +86,15 @@ def simpy_jsq(arrivals: list[int], service: list[int], replicas: int) -> list[in
 
     env = simpy.Environment()
     servers = [simpy.Resource(env, capacity=1) for _ in range(replicas)]
-    done = [0] * len(arrivals)
     state = {"next": 0}
 
-    def pick() -> simpy.Resource:
+    def pick() -> Any:
         counts = [r.count + len(r.queue) for r in servers]
         j = (counts + counts).index(min(counts), state["next"]) % replicas
         state["next"] = (j + 1) % replicas
         return servers[j]
 
-    def customer(i: int) -> Any:
-        with pick().request() as req:
-            yield req
-            yield env.timeout(service[i])
-        done[i] = env.now
-
-    env.process(_source(env, arrivals, customer))
-    env.run()
-    return done
+    return _serve(env, arrivals, service, pick)
 
 
 # -- cases (each runs in a child process) ---------------------------------------------------
