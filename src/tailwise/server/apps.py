@@ -6,7 +6,10 @@
 * ``http``: ``/predict``, the c-worker queueing lab of :mod:`tailwise.server.law`.
 
 Every kind serves ``/health`` and ``/metrics`` (Prometheus text: the server's
-own truth, to set beside what the client measured). Binds 127.0.0.1 unless
+own truth, to set beside what the client measured). The app runs inside
+:class:`tailwise.instrument.LatencyMiddleware`, so ``/metrics`` also carries
+per-route latency histograms and live percentiles, time to first chunk of
+streams, requests in flight and the live Little's-law check. Binds 127.0.0.1 unless
 told otherwise; port 0 picks a free port, and the first line on stdout is
 ``listening on URL``.
 """
@@ -64,6 +67,7 @@ class DemoConfig:
 
 
 Handler = Callable[[Any], Awaitable[Any]]
+Extra = Callable[[], str]  # more exposition text for /metrics (the instrumentation's)
 
 
 def _json(status: int, payload: Any, headers: dict[str, str] | None = None) -> Any:
@@ -78,7 +82,9 @@ def _refuse(exc: WireError) -> Any:
 # -- llm ----------------------------------------------------------------------
 
 
-def _llm_routes(cfg: DemoConfig, engine: Engine) -> list[tuple[str, Handler, list[str]]]:
+def _llm_routes(
+    cfg: DemoConfig, engine: Engine, extra: Extra
+) -> list[tuple[str, Handler, list[str]]]:
     def endpoint(chat: bool) -> Handler:
         async def handle(request: Any) -> Any:
             try:
@@ -103,7 +109,7 @@ def _llm_routes(cfg: DemoConfig, engine: Engine) -> list[tuple[str, Handler, lis
         return _json(200, {"object": "list", "data": [entry]})
 
     async def metrics(request: Any) -> Any:
-        return _metrics_response(_llm_metrics(engine))
+        return _metrics_response(_llm_metrics(engine) + extra())
 
     return [
         ("/v1/completions", endpoint(False), ["POST"]),
@@ -169,7 +175,9 @@ def _llm_metrics(engine: Engine) -> str:
 # -- embed --------------------------------------------------------------------
 
 
-def _embed_routes(cfg: DemoConfig, batcher: Batcher) -> list[tuple[str, Handler, list[str]]]:
+def _embed_routes(
+    cfg: DemoConfig, batcher: Batcher, extra: Extra
+) -> list[tuple[str, Handler, list[str]]]:
     async def embeddings(request: Any) -> Any:
         try:
             body = parse_json(await request.body())
@@ -199,7 +207,7 @@ def _embed_routes(cfg: DemoConfig, batcher: Batcher) -> list[tuple[str, Handler,
         return _json(200, {"object": "list", "data": data, "model": cfg.model, "usage": usage})
 
     async def metrics(request: Any) -> Any:
-        return _metrics_response(_embed_metrics(batcher))
+        return _metrics_response(_embed_metrics(batcher) + extra())
 
     return [("/v1/embeddings", embeddings, ["POST"]), ("/metrics", metrics, ["GET"])]
 
@@ -236,7 +244,7 @@ class _HttpState:
     in_flight: int = 0
 
 
-def _http_routes(state: _HttpState) -> list[tuple[str, Handler, list[str]]]:
+def _http_routes(state: _HttpState, extra: Extra) -> list[tuple[str, Handler, list[str]]]:
     async def predict(request: Any) -> Any:
         raw = await request.body()
         if raw:
@@ -262,7 +270,7 @@ def _http_routes(state: _HttpState) -> list[tuple[str, Handler, list[str]]]:
         ex.gauge("workers", lab.law.workers, "FCFS workers (0: unlimited).")
         ex.counter("requests_served", lab.served, "Responses sent.")
         ex.counter("busy_seconds", lab.busy_s, "Work handed to workers (utilization = rate/c).")
-        return _metrics_response(ex.render())
+        return _metrics_response(ex.render() + extra())
 
     return [("/predict", predict, ["GET", "POST"]), ("/metrics", metrics, ["GET"])]
 
@@ -275,19 +283,27 @@ def _metrics_response(text: str) -> Any:
 
 
 def build_app(cfg: DemoConfig) -> Any:
-    """The starlette app for ``cfg.kind``; its engine starts and stops with the app."""
+    """The app for ``cfg.kind`` in the latency middleware; its engine starts and stops with it."""
+    from tailwise.instrument import LatencyMiddleware, LatencyTracker, exposition
+
     st = _starlette()
+    tracker = LatencyTracker(cfg.kind)
+    held: list[LatencyMiddleware] = []  # the middleware wraps the app the routes belong to
+
+    def extra() -> str:
+        return exposition(*held)
+
     workers: list[Engine | Batcher] = []
     if cfg.kind == "llm":
         engine = Engine(cfg.engine)
         workers.append(engine)
-        routes = _llm_routes(cfg, engine)
+        routes = _llm_routes(cfg, engine, extra)
     elif cfg.kind == "embed":
         batcher = Batcher(cfg.batch)
         workers.append(batcher)
-        routes = _embed_routes(cfg, batcher)
+        routes = _embed_routes(cfg, batcher, extra)
     else:
-        routes = _http_routes(_HttpState(QueueLab(cfg.law)))
+        routes = _http_routes(_HttpState(QueueLab(cfg.law)), extra)
 
     async def health(request: Any) -> Any:
         return _json(200, {"status": "ok", "kind": cfg.kind})
@@ -302,7 +318,9 @@ def build_app(cfg: DemoConfig) -> Any:
 
     table = [st.routing.Route(path, fn, methods=methods) for path, fn, methods in routes]
     table.append(st.routing.Route("/health", health, methods=["GET"]))
-    return st.applications.Starlette(routes=table, lifespan=lifespan)
+    app = st.applications.Starlette(routes=table, lifespan=lifespan)
+    held.append(LatencyMiddleware(app, tracker))
+    return held[0]
 
 
 def serve(cfg: DemoConfig, host: str, port: int, lifetime_s: float | None) -> None:
