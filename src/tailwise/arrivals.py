@@ -218,6 +218,36 @@ class Schedule:
         for i in range(0, len(arr), BLOCK):
             yield arr[i : i + BLOCK]
 
+    def share_blocks(self, index: int, count: int) -> Iterator[I64Array]:
+        """Worker ``index`` of ``count``: the plan's offsets at positions ``index`` mod ``count``.
+
+        The ``count`` shares together are exactly :meth:`blocks` (one global plan,
+        not ``count`` independent ones), and a share's ``j``-th offset is the plan's
+        offset number ``index + j * count``, so a worker's sequence numbers map back
+        to the plan's without a table. Round-robin, not time slices, keeps every
+        worker at ``1/count`` of the rate at each instant of a ramp or stages profile.
+        Blocks hold :data:`BLOCK` offsets, all but the last, as in :meth:`blocks`.
+        """
+        if not 0 <= index < count:
+            raise ValueError(f"share {index} of {count}")
+        position = 0  # plan position of the next block's first offset
+        held: list[I64Array] = []
+        n_held = 0
+        for block in self.blocks():
+            part = block[(index - position) % count :: count]
+            position += len(block)
+            held.append(part)
+            n_held += len(part)
+            # Re-chunked to whole blocks of BLOCK, as blocks() yields them: the engine
+            # relies on every block but the last being full (seq >> shift finds a block).
+            if n_held >= BLOCK:
+                joined = np.concatenate(held)
+                cut = len(joined) - len(joined) % BLOCK
+                yield from np.split(joined[:cut], cut // BLOCK)
+                held, n_held = [joined[cut:]], len(joined) - cut
+        if n_held:
+            yield np.concatenate(held)
+
     def offsets_ns(self) -> I64Array:
         """All offsets at once (for tests, the simulator and slicing across workers)."""
         parts = list(self.blocks())

@@ -118,6 +118,21 @@ def _run_options(f: F) -> F:
             show_default=True,
             help="Stream chat/completions responses (with --api).",
         ),
+        click.option(
+            "--workers",
+            help="Load-generator processes sharing one arrival plan: N, or auto (one per "
+            "core; with --ray, one per CPU of the cluster). See docs/scale.md.",
+        ),
+        click.option(
+            "--ray",
+            help="Run the workers as actors on a Ray cluster: auto, local, HOST:6379 or "
+            "ray://HOST:10001 (pip install 'tailwise[ray]').",
+        ),
+        click.option(
+            "--stop-on-slo-loss",
+            is_flag=True,
+            help="Stop sending once an SLO can no longer pass (judged over all workers).",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print summary.json to stdout."),
         click.option("-q", "--quiet", is_flag=True, help="No terminal summary."),
     ]
@@ -150,6 +165,10 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
         click.echo(json.dumps(result.summary, indent=2))
     if not quiet:
         print_summary(result.summary, str(directory), stderr=as_json)
+        if "workers" in result.summary:
+            from tailwise.loadgen.scale import workers_line
+
+            click.echo(workers_line(result.summary), err=as_json)
     sys.exit(result.exit_code)
 
 
@@ -159,6 +178,8 @@ def _base_options(urls: tuple[str, ...], command: str, kw: dict[str, Any]) -> An
 
     if kw.pop("rate", None):
         raise BadInput("--rate", "given", f"no --rate with {command}: it chooses the rates")
+    if command == "knee" and kw.get("stop_on_slo_loss"):
+        raise BadInput("--stop-on-slo-loss", "with knee", "--early-stop (on by default)")
     kw["slo"] = list(kw["slo"])
     kw["header"] = list(kw["header"])
     kw["name"] = kw.get("name") or command

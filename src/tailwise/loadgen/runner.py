@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -99,6 +99,10 @@ class RunOptions:
     tokenizer: str | None = None  # a tokenizer.json, for servers that report no usage
     # Knee trials: stop sending once an SLO is certainly lost (see loadgen.watch).
     stop_on_slo_loss: bool = False
+    # Scale-out (see loadgen.scale): worker processes ("auto": one per core), and a
+    # Ray cluster to spread them over.
+    workers: int | str | None = None
+    ray: str | None = None
 
 
 @dataclass
@@ -123,6 +127,8 @@ class Prepared:
     streaming: bool = False
     counter: openai.TokenCounter | None = None
     prompt_tokens: list[int] | None = None  # per request body, counted locally
+    workers: int | None = None  # worker processes; None: one process, or Ray's CPU count
+    share: tuple[int, int] = (0, 1)  # (index, count): this process's share of the plan
 
 
 @dataclass
@@ -240,6 +246,7 @@ def prepare(o: RunOptions) -> Prepared:
         )
     elif horizon_ns is None and max_count is None:
         raise BadInput("--duration", None, "a duration or --requests for a closed-loop run")
+    workers = _scale_out(o, concurrency)
     budget = _fd_budget()
     cap = (
         parse_count(str(o.max_in_flight), "--max-in-flight")
@@ -269,7 +276,20 @@ def prepare(o: RunOptions) -> Prepared:
         streaming=streaming,
         counter=counter,
         prompt_tokens=prompt_tokens,
+        workers=workers,
     )
+
+
+def _scale_out(o: RunOptions, concurrency: int | None) -> int | None:
+    """Worker processes asked for (None: a single process, or as many as Ray has CPUs)."""
+    if o.workers is None and not o.ray:
+        return None
+    from tailwise.loadgen.scale import parse_workers
+
+    if concurrency is not None:
+        given = o.workers or f"--ray {o.ray}"
+        raise BadInput("--workers", given, "one process for --concurrency (closed loop)")
+    return parse_workers(o.workers, ray=bool(o.ray))
 
 
 def run_directory(o: RunOptions, target: Target) -> Path:
@@ -296,15 +316,13 @@ def _engine(p: Prepared, transport: Transport) -> Engine:
     if p.concurrency is not None:
         return ClosedLoop(transport, p.concurrency, p.think_ns, p.horizon_ns, p.max_count)
     assert p.schedule is not None
-    return OpenLoop(transport, p.schedule.blocks(), p.max_in_flight)
+    index, count = p.share
+    blocks = p.schedule.blocks() if count == 1 else p.schedule.share_blocks(index, count)
+    return OpenLoop(transport, blocks, p.max_in_flight)
 
 
 def _window_end(p: Prepared, engine: Engine) -> int:
     n = sum(b.rows for b in engine.blocks)
-    count_ran_out = p.max_count is not None and n >= p.max_count
-    if p.horizon_ns is not None and not count_ran_out:
-        return p.horizon_ns
-    # Count-bounded: the window closes one mean gap after the last intended instant.
     last = max(
         (
             int(np.frombuffer(b.scheduled_ns, np.int64)[: b.rows].max())
@@ -313,6 +331,16 @@ def _window_end(p: Prepared, engine: Engine) -> int:
         ),
         default=0,
     )
+    return plan_window_end(p, n, last)
+
+
+def plan_window_end(p: Prepared, rows: int, last_scheduled_ns: int) -> int:
+    """The window's end for a plan that produced ``rows`` rows, the last due at the given offset."""
+    n, last = rows, last_scheduled_ns
+    count_ran_out = p.max_count is not None and n >= p.max_count
+    if p.horizon_ns is not None and not count_ran_out:
+        return p.horizon_ns
+    # Count-bounded: the window closes one mean gap after the last intended instant.
     end = last + (last // max(n - 1, 1) if n > 1 else 1)
     return min(end, p.horizon_ns) if p.horizon_ns is not None else end
 
@@ -328,6 +356,20 @@ class Outcome:
     t0_unix_s: float  # wall-clock label of the run's time zero
     transport: Transport | None = None
     stopped_early: str = ""  # why an SLO was already lost, when the run stopped for it
+
+
+class WorkerHooks(Protocol):
+    """How one worker process of a scaled-out run joins it (see :mod:`tailwise.loadgen.scale`)."""
+
+    async def barrier(self) -> tuple[int, float]:
+        """Wait for the common start; return it as (monotonic ns here, unix seconds)."""
+        ...
+
+    async def follow(
+        self, engine: Engine, t0_ns: int, stop: asyncio.Event, interrupt: Callable[[str], None]
+    ) -> None:
+        """Report progress and obey the driver during the run; return once ``stop`` is set."""
+        ...
 
 
 def _install_signals(
@@ -372,6 +414,7 @@ async def _execute(
     transport: Transport,
     sink: RecordSink,
     on_engine: Callable[[Engine], None] | None = None,
+    hooks: WorkerHooks | None = None,
 ) -> Outcome:
     loop = asyncio.get_running_loop()
     engine = _engine(p, transport)
@@ -396,11 +439,16 @@ async def _execute(
     await sink.open()
     engine.prepare()
     await transport.start(engine.on_done)
-    t0 = now_ns() + START_LEAD_NS
-    t0_unix = time.time() + START_LEAD_NS / 1e9
+    if hooks is None:
+        t0 = now_ns() + START_LEAD_NS
+        t0_unix = time.time() + START_LEAD_NS / 1e9
+    else:
+        t0, t0_unix = await hooks.barrier()
     transport.set_origin(t0)
     engine.begin(t0)
     tasks = [loop.create_task(pump(engine, sink, stop_io))]
+    if hooks is not None:
+        tasks.append(loop.create_task(hooks.follow(engine, t0, stop_io, on_signal)))
     show = p.opts.progress if p.opts.progress is not None else sys.stderr.isatty()
     if show:
         tasks.append(
@@ -442,7 +490,12 @@ async def _execute(
 
 def _loss_watch(p: Prepared) -> LossWatch | None:
     """A watch for knee trials: open loop at a steady rate with a known window only."""
-    if not p.opts.stop_on_slo_loss or p.schedule is None or p.horizon_ns is None:
+    return loss_watch(p) if p.opts.stop_on_slo_loss and p.share[1] == 1 else None
+
+
+def loss_watch(p: Prepared) -> LossWatch | None:
+    """The SLO-loss watch of a run (None where it cannot judge: not a steady open-loop rate)."""
+    if p.schedule is None or p.horizon_ns is None:
         return None
     described = p.schedule.describe()
     rate = described.get("rate_rps")
@@ -508,11 +561,13 @@ def _preconnect(p: Prepared) -> int:
     assert p.schedule is not None
     span_s = (p.horizon_ns or 10**9) / 1e9
     rate = expected_count(p.schedule, span_s) / span_s if span_s else 0.0
-    per_target = rate / 1000 / len(p.targets)
+    per_target = rate / p.share[1] / 1000 / len(p.targets)
     return int(min(p.max_in_flight, max(4, min(256, per_target))))
 
 
-def _run_engine(p: Prepared, tr: Transport, sink: RecordSink) -> Outcome:
+def _run_engine(
+    p: Prepared, tr: Transport, sink: RecordSink, hooks: WorkerHooks | None = None
+) -> Outcome:
     # The hot path makes no reference cycles; pausing the cyclic collector removes
     # its occasional multi-millisecond pauses from the send schedule.
     gc_was_enabled = gc.isenabled()
@@ -521,7 +576,7 @@ def _run_engine(p: Prepared, tr: Transport, sink: RecordSink) -> Outcome:
     gc.disable()
     try:
         with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
-            return runner.run(_execute(p, tr, sink))
+            return runner.run(_execute(p, tr, sink, hooks=hooks))
     finally:
         gc.unfreeze()
         if gc_was_enabled:
@@ -542,9 +597,8 @@ def _no_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def execute(p: Prepared, directory: Path, transport: Transport | None = None) -> RunResult:
-    started_unix = time.time()
-    tr = transport or HttpTransport(
+def http_transport(p: Prepared) -> Transport:
+    return HttpTransport(
         p.targets,
         p.payloads,
         timeout_ns=p.timeout_ns,
@@ -555,7 +609,18 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
         counter=p.counter,
         prompt_tokens=p.prompt_tokens,
     )
-    (directory / "run.json").write_text(json.dumps(_run_json(p, started_unix), indent=2) + "\n")
+
+
+def execute(p: Prepared, directory: Path, transport: Transport | None = None) -> RunResult:
+    if (p.workers is not None and p.workers > 1) or p.opts.ray:
+        from tailwise.loadgen.scale import execute_scaled
+
+        if transport is not None:
+            raise BadInput("transport", "given", "the HTTP transport with --workers or --ray")
+        return execute_scaled(p, directory)
+    started_unix = time.time()
+    tr = transport or http_transport(p)
+    (directory / "run.json").write_text(json.dumps(run_json(p, started_unix), indent=2) + "\n")
     provisional = p.horizon_ns if p.horizon_ns is not None else 2**62
     sink = RecordSink(directory / "records.jsonl", (p.warmup_ns, provisional))
     try:
@@ -572,31 +637,52 @@ def _conclude(p: Prepared, out: Outcome, directory: Path, rows_on_disk: int | No
     if out.interrupted or out.stopped_early:
         end_ns = min(end_ns, max(out.stopped_at_ns, p.warmup_ns + 1))
     records = Records.from_blocks(engine.blocks, 0, (p.warmup_ns, end_ns))
-    info = RunInfo(
+    info = run_info(
+        p,
+        (p.warmup_ns, end_ns),
+        interrupted=(out.interrupted, out.note),
+        stopped_early=out.stopped_early,
+        rows_on_disk=rows_on_disk,
+    )
+    info.extra = token_source(out) if p.streaming else {}
+    summary = summarize(records, info)
+    write_outputs(directory, records, summary, out.t0_unix_s, (p.warmup_ns, end_ns))
+    return RunResult(summary, records, directory)
+
+
+def run_info(
+    p: Prepared,
+    window_ns: tuple[int, int],
+    *,
+    interrupted: tuple[bool, str],
+    stopped_early: str,
+    rows_on_disk: int | None,
+) -> RunInfo:
+    """What the summary needs to know besides the records (one process or many).
+
+    ``interrupted`` is (whether, the note saying by what).
+    """
+    return RunInfo(
         source="loadgen",
         target=[t.url for t in p.targets] if len(p.targets) > 1 else p.targets[0].url,
-        mode=engine.mode,
+        mode="open" if p.concurrency is None else "closed",
         arrival=p.schedule.describe()
         if p.schedule
         else {"process": "closed-loop", "think_ms": p.think_ns / 1e6},
-        window_ns=(p.warmup_ns, end_ns),
+        window_ns=window_ns,
         slos=p.slos,
         max_send_lag_ns=p.max_send_lag_ns,
         max_in_flight=p.max_in_flight if p.concurrency is None else None,
         concurrency=p.concurrency,
-        interrupted=out.interrupted,
-        interrupt_note=out.note,
-        stopped_early=out.stopped_early,
+        interrupted=interrupted[0],
+        interrupt_note=interrupted[1],
+        stopped_early=stopped_early,
         rows_on_disk=rows_on_disk,
         llm=p.streaming,
-        extra=_token_source(out) if p.streaming else {},
     )
-    summary = summarize(records, info)
-    _write_outputs(directory, records, summary, out.t0_unix_s, (p.warmup_ns, end_ns))
-    return RunResult(summary, records, directory)
 
 
-def _token_source(out: Outcome) -> dict[str, Any]:
+def token_source(out: Outcome) -> dict[str, Any]:
     """Say how output tokens were counted: the server's usage, or one per content chunk."""
     usage_rows = getattr(out.transport, "usage_rows", 0)
     counted_rows = getattr(out.transport, "tokenizer_rows", 0)
@@ -610,7 +696,7 @@ def _token_source(out: Outcome) -> dict[str, Any]:
     return {"tokens_counted_by": how}
 
 
-def _write_outputs(
+def write_outputs(
     directory: Path,
     records: Records,
     summary: dict[str, Any],
@@ -631,7 +717,7 @@ def _write_outputs(
     )
 
 
-def _run_json(p: Prepared, started_unix: float) -> dict[str, Any]:
+def run_json(p: Prepared, started_unix: float) -> dict[str, Any]:
     opts = asdict(p.opts)
     opts.pop("header", None)  # header values may carry credentials: never written
     opts.pop("api_key", None)

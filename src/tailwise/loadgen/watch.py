@@ -52,14 +52,16 @@ class LossWatch:
         self._final: dict[int, list[int]] = {}  # id(block) -> misses, once all rows finished
 
     def check(self, blocks: list[RecordBlock], now_ns: int) -> str:
-        """Why the run is already lost at run-relative ``now_ns`` ('' while it is not).
+        """Why the run is already lost at run-relative ``now_ns`` ('' while it is not)."""
+        return self.judge(self.misses(blocks, now_ns)) if self.limits else ""
+
+    def misses(self, blocks: list[RecordBlock], now_ns: int) -> list[int]:
+        """Certain misses per limit so far. Counts add up across workers of one plan.
 
         It runs on the load generator's event loop, so it must stay cheap: a
         block whose rows are all finished has its misses counted once and
-        cached; each check scans only the blocks still in play.
+        cached; each call scans only the blocks still in play.
         """
-        if not self.limits:
-            return ""
         misses = [0] * len(self.limits)
         for block in blocks:
             counted = self._final.get(id(block))
@@ -68,6 +70,10 @@ class LossWatch:
                 if final:
                     self._final[id(block)] = counted
             misses = [m + c for m, c in zip(misses, counted, strict=True)]
+        return misses
+
+    def judge(self, misses: list[int]) -> str:
+        """Why certain misses (per limit) already lose the window ('' while they do not)."""
         for lim, n in zip(self.limits, misses, strict=True):
             if n > lim.budget:
                 return (
