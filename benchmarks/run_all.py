@@ -12,6 +12,9 @@ BENCHMARKS = [
     ["llm_client_overhead.py", "--write-docs"],
     ["knee_accuracy.py", "--write-docs"],
     ["sim_vs_simpy.py", "--write-docs"],
+    ["calibrate_predict.py", "--write-docs"],
+    ["instrument_overhead.py", "--write-docs"],
+    ["scale_local.py", "--write-docs"],
 ]
 
 if __name__ == "__main__":

@@ -581,6 +581,64 @@ def export(directory: str, fmt: str, out: str | None) -> None:
     click.echo(f"wrote {rows} records to {path}", err=True)
 
 
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, metavar="RUN_OR_SWEEP_DIR...")
+@click.option("-o", "--out", default="model.yaml", show_default=True, help="Model file to write.")
+@click.option(
+    "--kind",
+    type=click.Choice(["http", "batching", "llm"]),
+    help="Endpoint model (default: from the runs' --api).",
+)
+@click.option(
+    "--service",
+    type=click.Choice(["auto", "empirical", "gamma", "lognormal"]),
+    default="auto",
+    show_default=True,
+    help="http: service-time law (auto keeps the best fit).",
+)
+@click.option("--max-batch", type=int, help="batching: the endpoint's batch limit.")
+@click.option("--max-wait", help="batching: its longest wait for a batch to fill, e.g. 5ms.")
+@click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON.")
+def calibrate(
+    runs: tuple[str, ...],
+    out: str,
+    kind: str | None,
+    service: str,
+    max_batch: int | None,
+    max_wait: str | None,
+    as_json: bool,
+) -> None:
+    """Fit a simulator model to measured runs (a sweep is best); exit 1 if the fit is poor."""
+    from rich.console import Console
+
+    from tailwise.calibrate import as_plan, write_model
+    from tailwise.calibrate import calibrate as fit_runs
+    from tailwise.report.plan import print_plan
+    from tailwise.units import parse_duration_ns
+
+    wait_ms = parse_duration_ns(max_wait, "--max-wait") / 1e6 if max_wait else None
+    console = Console(stderr=True)
+    with console.status("fitting ...") as status:
+
+        def progress(evaluations: int, error: float) -> None:
+            status.update(f"fitting: {evaluations} simulated fits, best error {error:.3f}")
+
+        cal = fit_runs(
+            [Path(r) for r in runs],
+            kind=kind,
+            service=service,
+            max_batch=max_batch,
+            max_wait_ms=wait_ms,
+            progress=progress,
+        )
+    written = write_model(cal, Path(out))
+    if as_json:
+        click.echo(json.dumps(cal.to_json(), indent=2))
+    else:
+        print_plan(as_plan(cal, written))
+    sys.exit(1 if cal.goodness.poor else 0)
+
+
 @cli.group()
 def plan() -> None:
     """Capacity planning from closed forms (docs/plan.md): each model prints a table, or --json."""
@@ -591,7 +649,7 @@ def _json_flag(f: F) -> F:
 
 
 def _emit(result: Any, as_json: bool) -> None:
-    from tailwise.plan import print_plan
+    from tailwise.report.plan import print_plan
 
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
@@ -811,6 +869,55 @@ def plan_cost(
         ),
         as_json,
     )
+
+
+@plan.command("capacity", short_help="Replicas, knee and p50/p99 from a (calibrated) model.")
+@click.option("--model", "model_path", required=True, help="Scenario file, e.g. model.yaml.")
+@click.option("--rate", required=True, help="Target offered rate, e.g. 1500/s.")
+@click.option("--slo", multiple=True, help="SLOs to hold (default: the model's slo: list).")
+@click.option("--replicas", type=int, help="What-if: this many replicas (skip the search).")
+@click.option(
+    "--router",
+    type=click.Choice(["round_robin", "random", "jsq", "least_outstanding", "power_of_d"]),
+    help="What-if: the load balancer.",
+)
+@click.option("--batch-size", type=int, help="What-if: batching.size (a batching model).")
+@click.option("--hedge", help="What-if: hedge after a delay (15ms) or a quantile (p95).")
+@click.option("--set", "sets", multiple=True, help="What-if: any dotted field, KEY=VALUE.")
+@click.option(
+    "--replications", default=10, show_default=True, type=int, help="Runs per replica count."
+)
+@_json_flag
+def plan_capacity(
+    model_path: str,
+    rate: str,
+    slo: tuple[str, ...],
+    replicas: int | None,
+    router: str | None,
+    batch_size: int | None,
+    hedge: str | None,
+    sets: tuple[str, ...],
+    replications: int,
+    as_json: bool,
+) -> None:
+    """Replicas needed for --rate under the SLOs, the knee per replica and of the fleet,
+    and p50/p99 at the target with 95% CIs from simulated replications."""
+    from rich.console import Console
+
+    from tailwise.sim.scenario import load_scenario
+    from tailwise.sim.whatif import WhatIf, capacity, with_slos
+    from tailwise.units import parse_rate_rps
+
+    rate_rps = parse_rate_rps(rate, "--rate")
+    if replicas is not None and replicas < 1:
+        raise BadInput("--replicas", replicas, "a count >= 1")
+    if replications < 2:
+        raise BadInput("--replications", replications, "at least 2 (a CI needs two runs)")
+    sc = with_slos(load_scenario(model_path), list(slo))
+    what = WhatIf(replicas, router, batch_size, hedge, sets)
+    with Console(stderr=True).status("planning ...") as status:
+        result = capacity(sc, rate_rps, what, replications, status.update)
+    _emit(result, as_json)
 
 
 def main(argv: list[str] | None = None) -> None:

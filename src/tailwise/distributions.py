@@ -8,7 +8,8 @@ Forms (every time takes a unit; samples are int64 nanoseconds):
 * ``gamma:5ms,2``: gamma with mean 5 ms and shape k 2 (k = 1 is exponential);
 * ``uniform:2ms-8ms``: uniform between the bounds;
 * ``empirical:<run dir or records.jsonl>``: resampled with replacement from the
-  service times (``done - sent``) of a run's successful requests.
+  service times (``done - sent``) of a run's successful requests;
+  ``empirical:<file>.txt`` resamples service times in ms, one per line.
 
 Each has a mean and a squared coefficient of variation (SCV = variance /
 mean^2), which Pollaczek-Khinchine and Kingman need.
@@ -125,9 +126,23 @@ def _empirical(where: str, field: str) -> Distribution:
     if path.is_dir():
         path = path / "records.jsonl"
     if not path.is_file():
-        raise BadInput(field, where, "a run directory or records.jsonl to resample")
+        raise BadInput(field, where, "a run directory, records.jsonl or .txt of ms to resample")
+    if path.suffix == ".txt":
+        return _empirical_text(path, field)
     service = service_ns(read_jsonl(path))
     service = service[service >= 0]
     if len(service) == 0:
         raise BadInput(field, where, "a run with at least one successful request")
     return Distribution("empirical", float(service.mean()), samples_ns=service)
+
+
+def _empirical_text(path: Path, field: str) -> Distribution:
+    """Service times in milliseconds, one per line (``tailwise calibrate`` writes these)."""
+    try:
+        ms = np.loadtxt(path, dtype=np.float64, ndmin=1, comments="#")
+    except ValueError:
+        ms = np.array([math.nan])
+    if len(ms) == 0 or not np.all(np.isfinite(ms)) or np.any(ms < 0):
+        raise BadInput(field, str(path), "a file of service times in ms >= 0, one per line")
+    samples = np.rint(ms * 1e6).astype(np.int64)
+    return Distribution("empirical", float(samples.mean()), samples_ns=samples)

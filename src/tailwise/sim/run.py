@@ -10,6 +10,7 @@ everything else runs on the event kernel. Both give one row per request.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tailwise.arrivals import parse_schedule
+from tailwise.distributions import Distribution, parse_distribution
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.records import INT_COLUMNS, Records, error_code, format_rows
@@ -39,6 +41,7 @@ from tailwise.sim.system import (
 from tailwise.units import parse_duration_ns, parse_fraction
 
 SERVICE_SEED_OFFSET = 0x5EED  # service draws: their own stream, derived from the seed
+DELAY_SEED_OFFSET = 0xDE1A  # delays outside the servers: another stream
 
 
 @dataclass
@@ -202,11 +205,39 @@ def simulate(sc: Scenario) -> SimRun:
     arrivals, window = _arrivals(sc)
     started = time.perf_counter()
     result, outcome = run_model(spec, arrivals, sc.arrival.seed)
+    if sc.delay is not None:
+        outcome = _delayed(outcome, parse_distribution(sc.delay, "scenario.delay"), sc.arrival.seed)
     wall_s = time.perf_counter() - started
     records = to_records(arrivals, outcome, window, window[1])
     summary = summarize(records, _run_info(sc, window, slos, llm=False))
     summary["sim"] = _sim_section(result, len(arrivals), wall_s, spec)
     return SimRun(summary, records, result)
+
+
+def _delayed(outcome: Any, delay: Distribution, seed: int) -> Any:
+    """Each answer arrives ``delay`` after its server finished (no server is held)."""
+    done, status, replica = outcome
+    rng = np.random.default_rng([seed, DELAY_SEED_OFFSET])
+    extra = delay.sample(rng, len(done))
+    return np.where(done >= 0, done + extra, done), status, replica
+
+
+def _delayed_llm(res: LlmResult, delay: Distribution, seed: int) -> LlmResult:
+    """A stream's every chunk arrives ``delay`` after the engine emitted it."""
+    rng = np.random.default_rng([seed, DELAY_SEED_OFFSET])
+    extra = delay.sample(rng, len(res.done_ns))
+    times = res.token_times
+    if times is not None:
+        times = [
+            None if t is None else [x + int(d) for x in t]
+            for t, d in zip(times, extra, strict=True)
+        ]
+    return dataclasses.replace(
+        res,
+        first_token_ns=np.where(res.first_token_ns >= 0, res.first_token_ns + extra, -1),
+        done_ns=np.where(res.done_ns >= 0, res.done_ns + extra, res.done_ns),
+        token_times=times,
+    )
 
 
 def _run_info(sc: Scenario, window: tuple[int, int], slos: list[SLO], llm: bool) -> RunInfo:
@@ -239,6 +270,8 @@ def _simulate_llm(sc: Scenario) -> SimRun:
     prompt, output = token_counts(sc.llm, rng, len(arrivals))
     started = time.perf_counter()
     res = simulate_llm(spec, arrivals, prompt, output, rng)
+    if sc.delay is not None:
+        res = _delayed_llm(res, parse_distribution(sc.delay, "scenario.delay"), sc.arrival.seed)
     wall_s = time.perf_counter() - started
     records = llm_records(arrivals, res, prompt, output, window)
     summary = summarize(records, _run_info(sc, window, slos, llm=True))

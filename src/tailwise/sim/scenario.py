@@ -179,8 +179,18 @@ class Scenario(_StageFields):
     hedge: HedgeModel | None = None
     stages: list[StageModel] | None = Field(default=None, min_length=1)
     llm: LlmModel | None = None
+    # Time outside the servers (network, HTTP framework, event-loop wake-ups): it adds
+    # to every answer's latency but occupies no server. `tailwise calibrate` fits it.
+    delay: str | None = None
     slo: list[str] = []
     attainment: str = "99%"
+    # Where a calibrated model came from and how well it fits; never read by the model.
+    calibration: dict[str, Any] | None = None
+
+    @field_validator("delay")
+    @classmethod
+    def _delay(cls, v: str | None) -> str | None:
+        return None if v is None else _distribution(v)
 
     @field_validator("slo")
     @classmethod
@@ -239,7 +249,9 @@ def system_spec(sc: Scenario) -> SystemSpec:
 
 
 # What an llm: scenario may set beside the llm section (the engine replaces the rest).
-_LLM_COMPANIONS = frozenset({"name", "arrival", "slo", "attainment", "replicas", "routing", "llm"})
+_LLM_COMPANIONS = frozenset(
+    {"name", "arrival", "slo", "attainment", "replicas", "routing", "llm", "delay", "calibration"}
+)
 
 
 def llm_system(sc: Scenario) -> LlmSpec:
@@ -376,4 +388,29 @@ def load_scenario(path: str | Path) -> Scenario:
         raise BadInput("SCENARIO", str(p), f"valid YAML or TOML ({first})") from None
     if not isinstance(data, dict):
         raise BadInput("SCENARIO", str(p), "a mapping of scenario fields")
-    return parse_scenario(data)
+    return parse_scenario(_files_beside(data, p.parent))
+
+
+def _files_beside(data: dict[str, Any], home: Path) -> dict[str, Any]:
+    """``empirical:<relative path>`` means beside the scenario file when a file is there
+    (a calibrated model travels with its sample file); else as given, from the cwd."""
+
+    def fix(text: Any) -> Any:
+        if not isinstance(text, str) or not text.startswith("empirical:"):
+            return text
+        rel = Path(text.removeprefix("empirical:").strip())
+        there = home / rel
+        return f"empirical:{there}" if not rel.is_absolute() and there.exists() else text
+
+    out = dict(data)
+    for key in ("service", "delay"):
+        if key in out:
+            out[key] = fix(out[key])
+    if isinstance(out.get("stages"), list):
+        out["stages"] = [
+            {**st, "service": fix(st.get("service"))}
+            if isinstance(st, dict) and "service" in st
+            else st
+            for st in out["stages"]
+        ]
+    return out

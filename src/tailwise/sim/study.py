@@ -234,13 +234,13 @@ def _fields(model: type[BaseModel], prefix: str = "") -> list[str]:
     return out
 
 
-def _check_key(key: str, given: str) -> None:
+def _check_key(key: str, given: str, flag: str = "--vary") -> None:
     fields = _fields(Scenario)
     if ".".join(INDEX if p.isdigit() else p for p in key.split(".")) in fields:
         return
     close = difflib.get_close_matches(key, fields, n=3)
     hint = f"did you mean {' or '.join(close)}?" if close else "one of " + ", ".join(fields)
-    raise BadInput("--vary", given, f"KEY a dotted scenario field: {hint}")
+    raise BadInput(flag, given, f"KEY a dotted scenario field: {hint}")
 
 
 def _value(raw: str, current: Any) -> Any:
@@ -250,28 +250,28 @@ def _value(raw: str, current: Any) -> Any:
     return [raw] if isinstance(current, list) else raw
 
 
-def _section(parts: list[str], i: int, given: str, whole: Any) -> None:
+def _section(parts: list[str], i: int, given: str, whole: Any, flag: str = "--vary") -> None:
     """Raise unless ``whole`` (the full dump at parts[:i+1]) is a section one can set inside."""
     where = ".".join(parts[: i + 1])
     if whole is None:
-        raise BadInput("--vary", given, f"a scenario with a {where} section (add one to the file)")
+        raise BadInput(flag, given, f"a scenario with a {where} section (add one to the file)")
     if isinstance(whole, list) and not int(parts[i + 1]) < len(whole):
-        raise BadInput("--vary", given, f"an index below {len(whole)}: {where} has {len(whole)}")
+        raise BadInput(flag, given, f"an index below {len(whole)}: {where} has {len(whole)}")
 
 
-def with_value(sc: Scenario, key: str, raw: str) -> Scenario:
+def with_value(sc: Scenario, key: str, raw: str, flag: str = "--vary") -> Scenario:
     """``sc`` with the dotted field ``key`` set to ``raw``, validated as a scenario file is.
 
     Only the fields the scenario set are carried over (plus the section the key is in),
     so a value the file left to its default stays a default.
     """
     given = f"{key}={raw}"
-    _check_key(key, given)
+    _check_key(key, given, flag)
     data, full = sc.model_dump(exclude_unset=True), sc.model_dump()
     node, whole, parts = data, full, key.split(".")
     for i, part in enumerate(parts[:-1]):
         at: Any = int(part) if isinstance(whole, list) else part
-        _section(parts, i, given, whole[at])
+        _section(parts, i, given, whole[at], flag)
         if isinstance(node, dict) and at not in node:
             node[at] = copy.deepcopy(whole[at])  # a default section, set explicitly now
         node, whole = node[at], whole[at]
@@ -280,7 +280,7 @@ def with_value(sc: Scenario, key: str, raw: str) -> Scenario:
         varied = parse_scenario(data)
         system_spec(varied)  # cross-field checks (fan-out k <= n, slow replica indices)
     except BadInput as exc:
-        raise BadInput("--vary", given, f"a valid {key} ({exc})") from None
+        raise BadInput(flag, given, f"a valid {key} ({exc})") from None
     return varied
 
 

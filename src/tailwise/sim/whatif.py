@@ -1,0 +1,225 @@
+"""``tailwise plan capacity``: replicas, knee and tail latency from a (calibrated) model.
+
+Given a scenario (usually ``tailwise calibrate``'s model.yaml), a target rate
+and SLOs, with what-if edits applied (replicas, router, batch size, hedging,
+or any dotted field):
+
+1. **Knee per replica**: a knee search on the simulator with one replica, as
+   ``tailwise knee --sim`` does.
+2. **Replicas**: from ceil(rate / knee per replica), step down while the SLOs
+   still hold and up until they do. "Hold" is strict: every one of the
+   replications (different arrival and service seeds) passes every SLO.
+3. **Prediction at the target**: the replications' mean and 95% CI of the
+   percentiles that matter (latency, or TTFT and TPOT for an LLM).
+4. **Fleet knee**: a knee search with the chosen replica count: the headroom.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tailwise.errors import BadInput
+from tailwise.knee import KneeResult, KneeSearch
+from tailwise.metrics.slo import parse_slo
+from tailwise.plan import Plan
+from tailwise.sim.run import sim_trial
+from tailwise.sim.scenario import Scenario, parse_scenario, system_spec
+from tailwise.sim.study import replications, with_value
+
+MAX_REPLICAS = 10_000
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """Edits to the model before it is asked anything."""
+
+    replicas: int | None = None
+    router: str | None = None
+    batch_size: int | None = None
+    hedge: str | None = None
+    sets: tuple[str, ...] = field(default_factory=tuple)
+
+    def edits(self) -> list[tuple[str, str, str]]:
+        """(dotted key, value, the flag that asked) in the order they apply."""
+        out = []
+        if self.router is not None:
+            out.append(("routing", self.router, "--router"))
+        if self.batch_size is not None:
+            out.append(("batching.size", str(self.batch_size), "--batch-size"))
+        if self.hedge is not None:
+            out.append(("hedge.after", self.hedge, "--hedge"))
+        for item in self.sets:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise BadInput("--set", item, "KEY=VALUE with KEY a dotted scenario field")
+            out.append((key.strip(), value.strip(), "--set"))
+        return out
+
+
+def apply(sc: Scenario, what: WhatIf) -> Scenario:
+    for key, value, flag in what.edits():
+        if key == "hedge.after" and sc.hedge is None:  # hedging where the model had none
+            data = sc.model_dump(exclude_unset=True) | {"hedge": {"after": value}}
+            try:
+                sc = parse_scenario(data)
+                system_spec(sc)
+            except BadInput as exc:
+                raise BadInput(flag, value, f"a valid hedge ({exc})") from None
+        else:
+            sc = with_value(sc, key, value, flag)
+    return sc
+
+
+def at(sc: Scenario, *, rate_rps: float | None = None, replicas: int | None = None) -> Scenario:
+    """The scenario at another offered rate and/or replica count."""
+    update: dict[str, Any] = {}
+    if rate_rps is not None:
+        update["arrival"] = sc.arrival.model_copy(
+            update={"rate": f"{rate_rps:.6g}/s", "requests": None}
+        )
+    if replicas is not None:
+        update["replicas"] = replicas
+    return sc.model_copy(update=update)
+
+
+def with_slos(sc: Scenario, slos: list[str]) -> Scenario:
+    """The SLOs given on the command line, else the model's own."""
+    for text in slos:
+        parse_slo(text)  # a bad one names --slo, not scenario.slo.N
+    if not slos and not sc.slo:
+        raise BadInput("--slo", None, "at least one SLO (or an slo: list in the model)")
+    return sc.model_copy(update={"slo": slos}) if slos else sc
+
+
+def knee(
+    sc: Scenario, start_rps: float, resolution: float = 0.02, min_requests: int = 0
+) -> KneeResult:
+    """``tailwise knee --sim``'s search: trials of the scenario's window (stretched to
+    ``min_requests``), the final bracket run once more with fresh seeds."""
+    trial = sim_trial(sc, min_requests=min_requests)
+    search = KneeSearch(trial, resolution=resolution, repeats=1, max_trials=60)
+    return search.run(start_rps, start_rps / 4096, start_rps * 4096)
+
+
+@dataclass
+class Check:
+    replicas: int
+    doc: dict[str, Any]  # the replications document
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.doc["verdict"] == "pass")
+
+    def row(self, kind: str) -> dict[str, Any]:
+        m = self.doc["metrics"]
+        runs = self.doc["runs"]
+        ok = sum(1 for r in runs if r["verdict"] == "pass")
+        out: dict[str, Any] = {"replicas": self.replicas, "passed": f"{ok}/{len(runs)}"}
+        names = ["ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms"] if kind == "llm" else []
+        names = names or ["latency_p50_ms", "latency_p99_ms"]
+        for name in [*names, "throughput_rps"]:
+            st = m.get(name) or {}
+            mean, half = st.get("mean"), st.get("half")
+            label = name.removesuffix("_ms").replace("_", " ")
+            out[label] = _pm(mean, half)
+        return out
+
+
+def _pm(mean: float | None, half: float | None) -> str | None:
+    if mean is None:
+        return None
+    digits = 3 if abs(mean) < 100 else 1
+    return f"{mean:.{digits}f}" + (f" ± {half:.{digits}f}" if half is not None else "")
+
+
+def _check(sc: Scenario, n: int, reps: int, progress: Progress) -> Check:
+    progress(f"simulating {n} replica{'s' if n != 1 else ''}, {reps} replications")
+    return Check(n, replications(at(sc, replicas=n), reps))
+
+
+def replicas_needed(
+    sc: Scenario, first_guess: int, reps: int, progress: Progress
+) -> tuple[int, list[Check]]:
+    """The fewest replicas that pass every replication, searching from a first guess."""
+    checks: dict[int, Check] = {}
+
+    def ok(n: int) -> bool:
+        if n not in checks:
+            checks[n] = _check(sc, n, reps, progress)
+        return checks[n].passed
+
+    n = max(1, first_guess)
+    if ok(n):
+        while n > 1 and ok(n - 1):
+            n -= 1
+    else:
+        while not ok(n):
+            if n >= MAX_REPLICAS:
+                raise BadInput("--rate", f"{sc.arrival.rate}", "a rate some fleet can hold")
+            n = n + 1 if n < 8 else math.ceil(n * 1.25)
+        while n > 1 and (n - 1) not in checks and ok(n - 1):
+            n -= 1
+    return n, [checks[k] for k in sorted(checks)]
+
+
+def capacity(
+    sc: Scenario,
+    rate_rps: float,
+    what: WhatIf,
+    reps: int = 10,
+    progress: Progress | None = None,
+) -> Plan:
+    tell = progress or (lambda _: None)
+    sc = apply(sc, what)
+    kind = "llm" if sc.llm is not None else "http"
+    start = _start_rate(sc, rate_rps)
+    tell("searching the knee of one replica")
+    one = knee(at(sc, replicas=1), start)
+    per_replica = one.knee_rps
+    if what.replicas is not None:
+        n, checks = what.replicas, [_check(at(sc, rate_rps=rate_rps), what.replicas, reps, tell)]
+    else:
+        guess = math.ceil(rate_rps / per_replica) if per_replica else 1
+        n, checks = replicas_needed(at(sc, rate_rps=rate_rps), guess, reps, tell)
+    tell(f"searching the knee of {n} replicas")
+    fleet = knee(at(sc, replicas=n), max(rate_rps, start))
+    chosen = next(c for c in checks if c.replicas == n)
+    outputs: dict[str, Any] = {
+        "knee_per_replica_rps": per_replica,
+        "replicas": n,
+        "holds_slo": chosen.passed,
+        "fleet_knee_rps": fleet.knee_rps,
+        "headroom": f"{fleet.knee_rps / rate_rps - 1:+.0%}" if fleet.knee_rps else None,
+        "at target": [c.row(kind) for c in checks],
+    }
+    inputs = {
+        "model": sc.name,
+        "rate_rps": rate_rps,
+        "slo": list(sc.slo),
+        "replications": reps,
+        "window": sc.arrival.duration,
+        "what-if": ", ".join(f"{k}={v}" for k, v, _ in what.edits()) or None,
+    }
+    return Plan("capacity", f"replicas for {rate_rps:g}/s", inputs, outputs, _assumptions(sc))
+
+
+def _start_rate(sc: Scenario, rate_rps: float) -> float:
+    cal = sc.calibration or {}
+    knee_rps = cal.get("measured_knee_rps")
+    return float(knee_rps) if isinstance(knee_rps, int | float) and knee_rps > 0 else rate_rps
+
+
+def _assumptions(sc: Scenario) -> tuple[str, ...]:
+    out = [
+        "a replica count holds when every replication passes every SLO",
+        "percentiles are means over replications with a Student-t 95% CI",
+    ]
+    fit = (sc.calibration or {}).get("fit") or {}
+    if fit:
+        quality = "POOR" if fit.get("poor") else "good"
+        out.append(f"calibrated model, fit {quality} (RMS log error {fit.get('rms_log_error')})")
+    return tuple(out)

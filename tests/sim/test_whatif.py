@@ -1,0 +1,95 @@
+"""``tailwise plan capacity``: replicas and knees against M/M/1 closed forms.
+
+With random routing each of N replicas is an M/M/1 queue at rate/N, so the
+knee of one replica under a p99 latency SLO is ``mm1_max_rate`` and the
+replica count follows from it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tailwise.capacity import mm1_max_rate
+from tailwise.errors import BadInput
+from tailwise.sim.scenario import parse_scenario
+from tailwise.sim.whatif import WhatIf, apply, capacity
+from tests.clirun import run_cli
+
+MODEL = {
+    "name": "M/M/1 replicas",
+    "arrival": {"process": "poisson", "rate": "40/s", "duration": "30s", "seed": 3},
+    "service": "exp:10ms",
+    "routing": "random",
+    "slo": ["p99(latency)<=100ms"],
+}
+
+
+def test_replicas_and_knee_follow_the_mm1_closed_form() -> None:
+    plan = capacity(parse_scenario(MODEL), 120.0, WhatIf(), reps=4)
+    out = plan.outputs
+    truth = mm1_max_rate(0.99, 0.100, 0.010)  # 53.9/s
+    assert out["knee_per_replica_rps"] == pytest.approx(truth, rel=0.1)
+    # 3 replicas: 40/s each, p99 77 ms; 2 replicas: 60/s each, p99 115 ms > 100 ms
+    assert out["replicas"] == 3 and out["holds_slo"] is True
+    rows = {r["replicas"]: r for r in out["at target"]}
+    assert rows[2]["passed"] == "0/4" and rows[3]["passed"] == "4/4"
+    assert out["fleet_knee_rps"] == pytest.approx(3 * truth, rel=0.12)
+
+
+def test_fixed_replicas_what_if_reports_a_miss() -> None:
+    plan = capacity(parse_scenario(MODEL), 120.0, WhatIf(replicas=2), reps=3)
+    assert plan.outputs["replicas"] == 2 and plan.outputs["holds_slo"] is False
+
+
+def test_what_if_edits_apply_and_name_their_flag() -> None:
+    sc = apply(parse_scenario(MODEL), WhatIf(router="jsq", hedge="p95", sets=("servers=2",)))
+    assert sc.routing == "jsq" and sc.servers == 2
+    assert sc.hedge is not None and sc.hedge.after == "p95"
+    with pytest.raises(BadInput) as bad:
+        apply(parse_scenario(MODEL), WhatIf(sets=("serverz=2",)))
+    assert bad.value.field == "--set"
+    with pytest.raises(BadInput) as bad:
+        apply(parse_scenario(MODEL), WhatIf(batch_size=8))  # the model has no batching
+    assert bad.value.field == "--batch-size"
+
+
+def _model_file(tmp_path: Path) -> Path:
+    path = tmp_path / "model.json.yaml"
+    path.write_text(json.dumps(MODEL))  # JSON is YAML
+    return path
+
+
+def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "capacity", "--model", str(_model_file(tmp_path)), "--rate", "120/s"]
+    code, out, _ = run_cli([*argv, "--replications", "3", "--replicas", "3", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["model"] == "capacity" and doc["outputs"]["replicas"] == 3
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (["--rate", "fast"], "--rate"),
+        (["--rate", "10/s", "--replications", "1"], "--replications"),
+        (["--rate", "10/s", "--replicas", "0"], "--replicas"),
+        (["--rate", "10/s", "--slo", "p99<=soon"], "slo"),
+        (["--rate", "10/s", "--set", "nonsense"], "--set"),
+    ],
+)
+def test_cli_bad_input(
+    extra: list[str], field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["plan", "capacity", "--model", str(_model_file(tmp_path)), *extra]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and field in err
+
+
+def test_cli_missing_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "capacity", "--model", str(tmp_path / "none.yaml"), "--rate", "10/s"]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2 and "SCENARIO" in err

@@ -1,0 +1,151 @@
+"""``tailwise calibrate``: fitted models recover a known truth.
+
+The truths are models whose numbers we chose: simulated sweeps of an M/G/c
+queue with a delay, a dynamic batcher and an LLM step law (the fit must find
+the numbers back), and one real sweep of the demo http target, whose law
+(c FCFS workers, exponential service) is set on its command line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tailwise.calibrate import calibrate, write_model
+from tailwise.loadgen.runner import RunOptions
+from tailwise.loadgen.sweep import Sweep
+from tailwise.sim.run import simulate, write_run
+from tailwise.sim.scenario import load_scenario, parse_scenario
+from tests.clirun import run_cli
+
+
+def simulated_sweep(tmp: Path, model: dict[str, Any], rates: list[float], window_s: float) -> Path:
+    """Simulated runs of ``model`` at each rate, as a measured sweep's step directories."""
+    out = tmp / "sweep"
+    for i, rate in enumerate(rates):
+        arrival = {
+            "process": "poisson",
+            "rate": f"{rate:g}/s",
+            "duration": f"{window_s:g}s",
+            "warmup": "1s",
+            "seed": 100 + i,
+        }
+        sc = parse_scenario({**model, "arrival": arrival, "slo": ["p99(latency)<=1s"]})
+        write_run(out / f"step-{i:02d}-{rate:g}rps", simulate(sc), sc)
+    return out
+
+
+def test_http_fit_recovers_servers_service_and_delay(tmp_path: Path) -> None:
+    truth = {"servers": 3, "service": "exp:4ms", "delay": "1ms"}  # capacity 750/s
+    sweep = simulated_sweep(tmp_path, truth, [50, 250, 450, 600, 1000], 10)
+    cal = calibrate([sweep])
+    p = cal.fit.params
+    assert cal.fit.kind == "http"
+    assert p["servers"] == 3
+    assert p["service_mean_ms"] == pytest.approx(4.0, rel=0.06)
+    assert p["delay_ms"] == pytest.approx(1.0, abs=0.3)
+    assert p["capacity_rps"] == pytest.approx(750, rel=0.05)
+    assert not cal.goodness.poor
+    saturated = [r.rate_rps for r in cal.goodness.rows if r.saturated]
+    assert saturated == [1000]
+
+
+def test_http_fit_without_saturation_says_so(tmp_path: Path) -> None:
+    sweep = simulated_sweep(tmp_path, {"servers": 2, "service": "exp:5ms"}, [40, 150, 250], 10)
+    cal = calibrate([sweep])
+    assert any("no step reached saturation" in n for n in cal.fit.notes)
+    assert cal.fit.params["servers"] >= 1
+
+
+def test_batching_fit_recovers_c0_and_c1(tmp_path: Path) -> None:
+    batching = {"mode": "dynamic", "size": 16, "max_wait": "5ms", "base": "4ms", "per_item": "1ms"}
+    # capacity 16 / 20 ms = 800/s
+    sweep = simulated_sweep(tmp_path, {"batching": batching}, [50, 200, 400, 600, 1200], 10)
+    cal = calibrate([sweep], max_batch=16, max_wait_ms=5.0)
+    p = cal.fit.params
+    assert cal.fit.kind == "batching"
+    assert p["c0_ms"] == pytest.approx(4.0, abs=1.0)
+    assert p["c1_ms"] == pytest.approx(1.0, abs=0.1)
+    assert not cal.goodness.poor
+
+
+def test_llm_fit_recovers_the_step_law(tmp_path: Path) -> None:
+    llm = {
+        "base": "4ms",
+        "prefill_per_token": "0.02ms",
+        "decode_per_seq": "0.3ms",
+        "max_num_seqs": 16,
+        "prompt_tokens": "uniform:32-512",
+        "output_tokens": 32,
+    }
+    sweep = simulated_sweep(tmp_path, {"llm": llm, "delay": "2ms"}, [2, 8, 16, 24, 40], 20)
+    cal = calibrate([sweep])
+    p = cal.fit.params
+    assert cal.fit.kind == "llm"
+    assert p["prefill_ms_per_token"] == pytest.approx(0.02, rel=0.25)
+    assert p["decode_ms_per_seq"] == pytest.approx(0.3, rel=0.25)
+    assert p["base_ms"] == pytest.approx(4.0, rel=0.25)
+    assert abs(p["max_num_seqs"] - 16) <= 2
+    assert not cal.goodness.poor
+
+
+def test_model_file_round_trip_with_samples_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sweep = simulated_sweep(tmp_path, {"servers": 2, "service": "exp:4ms"}, [50, 300, 800], 8)
+    cal = calibrate([sweep], service="empirical")
+    written = write_model(cal, tmp_path / "models" / "m.yaml")
+    assert [p.name for p in written] == ["m.yaml", "m.service.txt"]
+    monkeypatch.chdir(tmp_path)  # the sample file is found beside the model, not in the cwd
+    sc = load_scenario(tmp_path / "models" / "m.yaml")
+    assert sc.service.startswith("empirical:") and sc.calibration is not None
+    assert sc.calibration["params"]["servers"] == cal.fit.params["servers"]
+    assert simulate(sc).summary["requests"]["ok"] > 0
+
+
+def test_real_demo_target_sweep(demo_target: Callable[..., str], tmp_path: Path) -> None:
+    """Two FCFS workers, exp 5 ms: 400/s of capacity; the fit finds 2 servers."""
+    base = demo_target("http", "--workers", "2", "--service", "exp:5ms")
+    opts = RunOptions(urls=[base + "/predict"], duration="3s", warmup="0.5s")
+    sweep = Sweep(opts, tmp_path / "sweep")
+    sweep.run_rates([60.0, 200.0, 600.0])
+    sweep.write()
+    cal = calibrate([tmp_path / "sweep"])
+    assert cal.fit.params["servers"] == 2
+    assert cal.fit.params["capacity_rps"] == pytest.approx(400, rel=0.1)
+
+
+def test_cli_writes_the_model_and_prints_the_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = simulated_sweep(tmp_path, {"servers": 2, "service": "exp:4ms"}, [50, 300, 800], 8)
+    out = tmp_path / "m.yaml"
+    code, stdout, _ = run_cli(["calibrate", str(sweep), "-o", str(out), "--json"], capsys)
+    assert code == 0
+    doc = json.loads(stdout)
+    assert doc["kind"] == "http" and doc["params"]["servers"] == 2
+    assert load_scenario(out).servers == 2
+    code, stdout, _ = run_cli(["calibrate", str(sweep), "-o", str(out)], capsys)
+    assert code == 0 and "fit rms error" in stdout and "latency p99 err" in stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["calibrate", "/nonexistent/dir"], "RUN_OR_SWEEP_DIR"),
+        (["calibrate", "SWEEP", "--kind", "batching"], "--max-batch"),
+        (["calibrate", "SWEEP", "--max-wait", "soon"], "--max-wait"),
+    ],
+)
+def test_cli_bad_input(
+    argv: list[str], field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = simulated_sweep(tmp_path, {"servers": 1, "service": "exp:4ms"}, [50, 400], 4)
+    argv = [str(sweep) if a == "SWEEP" else a for a in argv]
+    code, _, err = run_cli([*argv, "-o", str(tmp_path / "m.yaml")], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and field in err
