@@ -93,14 +93,14 @@ def run_demo(window: str = "6s", rates: tuple[float, ...] = DEMO_RATES) -> int:
         if report:
             console.print(f"[dim]report    {report}[/dim]")
         console.print(f"[dim]took      {time.monotonic() - started:.0f} s[/dim]\n")
-        _next_steps(console)
+        _next_steps(console, out_dir)
         return 0 if doc["knee_rps"] is not None and not sweep.note else 3
     finally:
         proc.terminate()
         proc.wait(timeout=10)
 
 
-def _next_steps(console: Console) -> None:
+def _next_steps(console: Console, sweep_dir: Path) -> None:
     console.print("[bold]Goodput[/bold] tracks throughput until the batch is full; past the knee")
     console.print("requests queue for a slot, TTFT explodes and goodput collapses while")
     console.print("throughput stays flat. Next, point tailwise at your own endpoint:\n")
@@ -110,4 +110,9 @@ def _next_steps(console: Console) -> None:
         "  tailwise sweep http://localhost:8000/v1/chat/completions --api openai-chat \\\n"
         "      --model MODEL --rates 1,2,4,8,16 --duration 30s --slo 'ttft<=500ms'\n"
         "  tailwise serve-demo --kind llm      # this demo's server, to experiment with"
+    )
+    console.print("\nOr fit a model to this sweep and ask it how many servers 100/s needs:\n")
+    console.print(
+        f"  tailwise calibrate {sweep_dir} -o model.yaml\n"
+        "  tailwise plan capacity --model model.yaml --rate 100/s"
     )
