@@ -180,7 +180,7 @@ def as_plan(cal: Calibration, written: list[Path]) -> Plan:
     inputs = {"runs": ", ".join(cal.sources), "steps": len(cal.steps)}
     return Plan(
         cal.fit.kind,
-        f"model fitted to {len(cal.steps)} measured steps",
+        f"model fitted to {len(cal.steps)} measured step{'s' if len(cal.steps) != 1 else ''}",
         inputs,
         outputs,
         tuple(cal.notes + cal.fit.notes),

@@ -119,7 +119,8 @@ def fit_http(steps: list[Step], shapes: tuple[str, ...] = SHAPES) -> Fit:
                     "service_shape": shape,
                     "delay_ms": round(delay_ms, 4),
                     "capacity_rps": round(c / svc_ms * 1e3, 2),
-                    "saturated_throughput_rps": round(x_sat, 2),
+                    "highest_throughput_rps": round(x_sat, 2),
+                    "capacity_from": "a saturated step" if saturated else "extrapolation",
                 }
                 best, best_c = (err, model, params, keep), c
         if best is not None and c > best_c + 2 and c_err > 2 * best[0]:

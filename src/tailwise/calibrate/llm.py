@@ -141,7 +141,7 @@ def fit_llm(steps: list[Step], on_step: Callable[[int, float], None] | None = No
     params: dict[str, Any] = {k: round(v, 6) for k, v in best.items()}
     params["max_num_seqs"] = int(best.get("max_num_seqs", slots))
     params["closed_form_start"] = {k: round(v, 6) for k, v in start.items()}
-    params["saturated_throughput_rps"] = round(max(s.throughput_rps for s in steps), 3)
+    params["highest_throughput_rps"] = round(max(s.throughput_rps for s in steps), 3)
     model = build(best)
     # The workload the runs sent, so the model predicts for it until told otherwise.
     prompts = np.concatenate([s.records.input_tokens[s.ok()] for s in steps])
