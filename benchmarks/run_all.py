@@ -15,6 +15,8 @@ BENCHMARKS = [
     ["calibrate_predict.py", "--write-docs"],
     ["instrument_overhead.py", "--write-docs"],
     ["scale_local.py", "--write-docs"],
+    ["reliability_table.py", "--write-docs"],
+    ["soak.py", "--write-docs"],  # ten minutes
 ]
 
 if __name__ == "__main__":

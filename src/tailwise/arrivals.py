@@ -325,6 +325,9 @@ def _parse_stages(arg: str, field_name: str) -> Stages:
     return Stages(tuple(steps))
 
 
+_TRACE_MAX_S = 10 * 365 * 86400.0
+
+
 def read_trace_ns(path: str, field_name: str = "--arrival trace") -> tuple[int, ...]:
     """One offset per line: seconds as a number, or a duration with a unit; '#' comments."""
     try:
@@ -339,9 +342,13 @@ def read_trace_ns(path: str, field_name: str = "--arrival trace") -> tuple[int, 
         if not line:
             continue
         try:
-            ns = round(float(line) * NS)
+            seconds = float(line)
         except ValueError:
-            ns = parse_duration_ns(line, f"{path}:{lineno}")
+            ns = parse_duration_ns(line, f"{path}:{lineno}")  # bounded to ten years there too
+        else:
+            if not abs(seconds) <= _TRACE_MAX_S:  # also NaN and inf
+                raise BadInput(f"{path}:{lineno}", line, "an offset of at most ten years")
+            ns = round(seconds * NS)
         if ns < 0 or (out and ns < out[-1]):
             raise BadInput(f"{path}:{lineno}", line, "non-negative offsets in non-decreasing order")
         out.append(ns)

@@ -316,14 +316,30 @@ def read_jsonl(path: str | Path) -> Records:
     try:
         with open(path, encoding="utf-8") as fh:
             rows = list(_parse_lines(fh, str(path)))
-    except OSError as exc:
-        raise BadInput("records", str(path), f"a readable records.jsonl ({exc.strerror})") from None
-    rows.sort(key=lambda r: (r.get("worker") or 0, r["seq"]))
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise BadInput("records", str(path), f"a readable records.jsonl ({reason})") from None
 
     def col(name: str) -> I64:
         return np.array([ABSENT if r.get(name) is None else r[name] for r in rows], dtype=np.int64)
 
-    ints = {c: col(c) for c in INT_COLUMNS}
+    def kind(row: dict[str, Any]) -> int:
+        value = row.get("error") or ""
+        if not isinstance(value, str):
+            raise TypeError("error kind")
+        return error_code(value)
+
+    # A file written by hand or by another tool may hold anything: checked where it is
+    # converted (no cost per row on the common path), reported as one BadInput.
+    try:
+        rows.sort(key=lambda r: (r.get("worker") or 0, r["seq"]))
+        ints = {c: col(c) for c in INT_COLUMNS}
+        errors = np.array([kind(r) for r in rows], dtype=np.int16)
+        chunks = [r.get("chunk_times") for r in rows]
+        if not all(c is None or isinstance(c, list) for c in chunks):
+            raise TypeError("chunk_times")
+    except (TypeError, ValueError, OverflowError):
+        raise BadInput("records", str(path), _RECORD_FORM) from None
     return Records(
         seq=ints["seq"],
         parent=ints["parent"],
@@ -334,16 +350,22 @@ def read_jsonl(path: str | Path) -> Records:
         first_token_ns=ints["first_token_ns"],
         done_ns=ints["done_ns"],
         status=ints["status"],
-        error=np.array([error_code(r.get("error") or "") for r in rows], dtype=np.int16),
+        error=errors,
         bytes_out=ints["bytes_out"],
         bytes_in=ints["bytes_in"],
         input_tokens=ints["input_tokens"],
         output_tokens=ints["output_tokens"],
         replica=ints["replica"],
         in_window=np.array([bool(r.get("in_window")) for r in rows], dtype=bool),
-        chunk_times=[r.get("chunk_times") for r in rows],
+        chunk_times=chunks,
         capped=np.array([bool(r.get("capped")) for r in rows], dtype=np.int8),
     )
+
+
+_RECORD_FORM = (
+    "records with whole-number (or null) times, counts and ids, a text error kind "
+    "and a list (or null) of chunk times"
+)
 
 
 def _parse_lines(fh: IO[str], name: str) -> Iterator[dict[str, Any]]:

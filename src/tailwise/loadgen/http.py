@@ -422,11 +422,19 @@ class HttpTransport:
         await asyncio.sleep(0)
 
 
-_TRUNCATED, _STREAM_ERROR, _MALFORMED = (
+_TRUNCATED, _STREAM_ERROR, _MALFORMED, _TOO_LARGE = (
     error_code("truncated"),
     error_code("stream_error"),
     error_code("malformed_chunk"),
+    error_code("too_large"),
 )
+# Bounds on what one stream may hold in memory. A plain response is never buffered
+# (only its length is counted), but a stream keeps its unfinished event and one
+# arrival time per content chunk. An event over 4 MiB, or over 2^18 content chunks
+# (far above any max_tokens served today), fails the request as ``too_large``
+# instead of growing without bound until the timeout.
+MAX_EVENT_BYTES = 4 << 20
+MAX_STREAM_CHUNKS = 1 << 18
 
 
 class _StreamConn(_Conn):
@@ -436,7 +444,8 @@ class _StreamConn(_Conn):
     it (``t_last``): chunks that arrive together share a time, as they did on
     the wire. A stream that ends without ``[DONE]`` or a finish reason is
     ``truncated``; an error event is ``stream_error``; unparsable data is
-    ``malformed_chunk``. Partial data (first token, chunk times) is kept.
+    ``malformed_chunk``; a stream over the memory bounds above is ``too_large``
+    (the connection is dropped). Partial data (first token, chunk times) is kept.
     """
 
     __slots__ = (
@@ -482,6 +491,10 @@ class _StreamConn(_Conn):
                 self.prompt_tokens = c.prompt_tokens
             if c.error is not None and not self.stream_err:
                 self.stream_err = _MALFORMED if c.error == MALFORMED else _STREAM_ERROR
+        # Checked once per read, not per event: the bounds only need to hold roughly.
+        if self.sse.pending_bytes > MAX_EVENT_BYTES or len(self.chunks) > MAX_STREAM_CHUNKS:
+            self.fail(_TOO_LARGE)
+            self.transport.abort()
 
     def _keep(self, block: RecordBlock, j: int) -> None:
         owner = self.pool.owner

@@ -41,6 +41,7 @@ STREAMING_APIS = frozenset({"openai-chat", "openai-completions"})
 N_PROMPTS = 256  # distinct request bodies, used in turn
 MAX_DATASET_ROWS = 100_000
 LENGTH_FORM = "N, uniform:A-B, normal:MEAN,SD or lognormal:MEDIAN,SIGMA (positive numbers)"
+MAX_LENGTH = 10_000_000  # tokens: far beyond any context window, and a bound on every draw
 
 _WORDS = (
     "time year people way day man thing woman life child world school state family student "
@@ -73,23 +74,25 @@ def sample_lengths(text: str, field: str, n: int, rng: random.Random) -> list[in
     try:
         if not arg:
             value = float(kind)
-            if value != int(value) or value < 1:
+            if value != int(value) or not 1 <= value <= MAX_LENGTH:
                 raise ValueError
             return [int(value)] * n
         a, _, b = (
             arg.replace("-", ",", 1).partition(",") if kind == "uniform" else arg.partition(",")
         )
         x, y = float(a), float(b)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: int(inf)
         raise BadInput(field, text, LENGTH_FORM) from None
     draw = {
         "uniform": lambda: rng.uniform(x, y),
         "normal": lambda: rng.gauss(x, y),
-        "lognormal": lambda: x * math.exp(rng.gauss(0.0, y)),
+        "lognormal": lambda: x * math.exp(min(rng.gauss(0.0, y), 50.0)),
     }.get(kind)
-    if draw is None or x <= 0 or y < 0 or (kind == "uniform" and y < x):
+    if draw is None or not 0 < x <= MAX_LENGTH or not 0 <= y <= MAX_LENGTH:
         raise BadInput(field, text, LENGTH_FORM)
-    return [max(1, round(draw())) for _ in range(n)]
+    if kind == "uniform" and y < x:
+        raise BadInput(field, text, LENGTH_FORM)
+    return [max(1, min(MAX_LENGTH, round(draw()))) for _ in range(n)]
 
 
 def synthetic_prompts(lengths: list[int], seed: int, shared_prefix: int = 0) -> list[str]:

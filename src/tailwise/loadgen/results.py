@@ -19,6 +19,7 @@ import numpy as np
 
 from tailwise.clock import now_ns
 from tailwise.loadgen.attack import Engine
+from tailwise.loadgen.spill import Spill
 from tailwise.loadgen.writer import WIDTH, pack
 from tailwise.metrics.percentiles import nearest_rank
 from tailwise.records import BLOCK_SHIFT, INT_COLUMNS, RecordBlock
@@ -127,8 +128,20 @@ def pack_rows(blocks: list[RecordBlock], seqs: list[int], worker: int) -> bytes:
     return pack(np.concatenate(parts), chunks if any_chunks else None)
 
 
-async def pump(engine: Engine, sink: RecordSink, stop: asyncio.Event) -> None:
-    """Stream completions every :data:`FLUSH_S` until ``stop``; then the rest."""
+async def pump(
+    engine: Engine,
+    sink: RecordSink,
+    stop: asyncio.Event,
+    *,
+    spill: Spill | None = None,
+    progress: Progress | None = None,
+) -> None:
+    """Stream completions every :data:`FLUSH_S` until ``stop``; then the rest.
+
+    With a ``spill``, the pump is the completion log's only reader: it trims what
+    it wrote from the log and moves finished blocks out of memory (see
+    :mod:`tailwise.loadgen.spill`), so memory stays flat however long the run.
+    """
     pos = 0
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
@@ -136,40 +149,66 @@ async def pump(engine: Engine, sink: RecordSink, stop: asyncio.Event) -> None:
         end = len(engine.completed)
         while pos < end:
             nxt = min(pos + SLICE_ROWS, end)
-            sink.write(engine.blocks, engine.completed[pos:nxt])
+            _hand_over(engine, sink, engine.completed[pos:nxt], spill, progress)
             pos = nxt
             await asyncio.sleep(0)
-    sink.write(engine.blocks, engine.completed[pos:])
+        if spill is not None:
+            del engine.completed[:pos]  # the engine only appends: positions shift by pos
+            pos = 0
+            for b in spill.retirable(engine.blocks):
+                spill.retire(engine.blocks, b)
+                await asyncio.sleep(0)
+    _hand_over(engine, sink, engine.completed[pos:], spill, progress)
+
+
+def _hand_over(
+    engine: Engine,
+    sink: RecordSink,
+    seqs: list[int],
+    spill: Spill | None,
+    progress: Progress | None,
+) -> None:
+    if progress is not None:
+        progress.observe(engine.blocks, seqs)
+    sink.write(engine.blocks, seqs)
+    if spill is not None:
+        spill.note_written(seqs)
 
 
 class Progress:
-    """A live status line on stderr: elapsed, sent, in flight, errors, p99 of the last second."""
+    """A live status line on stderr: elapsed, sent, in flight, errors, p99 of the last second.
+
+    The records pump shows it each slice of completions (:meth:`observe`), so the
+    pump stays the only reader of the engine's completion log.
+    """
 
     def __init__(self, engine: Engine, total_s: float | None, stream: TextIO = sys.stderr) -> None:
         self.engine = engine
         self.total_s = total_s
         self.stream = stream
-        self._pos = 0
+        self._latency_ns: list[np.ndarray] = []  # successful requests since the last line
         self._errors = 0
+
+    def observe(self, blocks: list[RecordBlock], seqs: list[int]) -> None:
+        if not seqs:
+            return
+        arr = np.asarray(seqs, dtype=np.int64)
+        for b in np.unique(arr >> BLOCK_SHIFT).tolist():
+            blk = blocks[b]
+            loc = arr[(arr >> BLOCK_SHIFT) == b] - blk.base
+            err = np.frombuffer(blk.error, dtype=np.int16)[loc]
+            d = np.frombuffer(blk.done_ns, dtype=np.int64)[loc]
+            s = np.frombuffer(blk.scheduled_ns, dtype=np.int64)[loc]
+            self._errors += int((err != 0).sum())
+            self._latency_ns.append((d - s)[err == 0])
 
     def line(self) -> str:
         e = self.engine
-        new = e.completed[self._pos :]
-        self._pos += len(new)
         p99 = "-"
-        if new:
-            arr = np.asarray(new, dtype=np.int64)
-            lat: list[float] = []
-            for b in np.unique(arr >> BLOCK_SHIFT).tolist():
-                blk = e.blocks[b]
-                loc = arr[(arr >> BLOCK_SHIFT) == b] - blk.base
-                err = np.frombuffer(blk.error, dtype=np.int16)[loc]
-                d = np.frombuffer(blk.done_ns, dtype=np.int64)[loc]
-                s = np.frombuffer(blk.scheduled_ns, dtype=np.int64)[loc]
-                self._errors += int((err != 0).sum())
-                lat.extend((d - s)[err == 0].tolist())
-            if lat:
-                p99 = f"{nearest_rank(np.sort(np.asarray(lat)), 99.0) / 1e6:.1f}ms"
+        lat = np.concatenate(self._latency_ns) if self._latency_ns else np.zeros(0, np.int64)
+        self._latency_ns = []
+        if len(lat):
+            p99 = f"{nearest_rank(np.sort(lat), 99.0) / 1e6:.1f}ms"
         elapsed = (now_ns() - e.t0) / 1e9
         total = f"/{self.total_s:.0f}s" if self.total_s else "s"
         return (

@@ -34,6 +34,7 @@ from tailwise.loadgen import openai
 from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
 from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.results import Progress, RecordSink, pump
+from tailwise.loadgen.spill import Spill
 from tailwise.loadgen.targets import (
     Target,
     describe,
@@ -436,6 +437,9 @@ async def _execute(
     installed = _install_signals(loop, on_signal)
     lost: list[str] = []
     stop_io = asyncio.Event()
+    watch = _loss_watch(p)
+    # Old blocks may leave memory only while the pump is their only reader.
+    spill = Spill(sink.path.parent) if hooks is None and watch is None else None
     await sink.open()
     engine.prepare()
     await transport.start(engine.on_done)
@@ -446,15 +450,13 @@ async def _execute(
         t0, t0_unix = await hooks.barrier()
     transport.set_origin(t0)
     engine.begin(t0)
-    tasks = [loop.create_task(pump(engine, sink, stop_io))]
+    show = p.opts.progress if p.opts.progress is not None else sys.stderr.isatty()
+    progress = Progress(engine, (p.horizon_ns or 0) / 1e9 or None) if show else None
+    tasks = [loop.create_task(pump(engine, sink, stop_io, spill=spill, progress=progress))]
     if hooks is not None:
         tasks.append(loop.create_task(hooks.follow(engine, t0, stop_io, on_signal)))
-    show = p.opts.progress if p.opts.progress is not None else sys.stderr.isatty()
-    if show:
-        tasks.append(
-            loop.create_task(Progress(engine, (p.horizon_ns or 0) / 1e9 or None).run(stop_io))
-        )
-    watch = _loss_watch(p)
+    if progress is not None:
+        tasks.append(loop.create_task(progress.run(stop_io)))
     if watch is not None:
 
         def on_loss(reason: str) -> None:
@@ -477,6 +479,8 @@ async def _execute(
     await sink.close()
     for sig in installed:
         loop.remove_signal_handler(sig)
+    if spill is not None:
+        spill.restore(engine.blocks)  # the summary needs every row again
     return Outcome(
         engine,
         interrupted.is_set(),

@@ -22,15 +22,21 @@ _BOM = b"\xef\xbb\xbf"
 class SSEParser:
     """Feed bytes, get complete events; one parser per response."""
 
-    __slots__ = ("_data", "_event", "_partial", "_skip_lf", "_started", "last_id")
+    __slots__ = ("_data", "_event", "_held", "_partial", "_skip_lf", "_started", "last_id")
 
     def __init__(self) -> None:
         self._partial = b""  # an unterminated line carried to the next read
         self._skip_lf = False  # the last read ended in CR: an LF next is the same line end
         self._data: list[bytes] = []
+        self._held = 0  # bytes in _data: with _partial, what an unfinished event holds
         self._event = b""
         self._started = False
         self.last_id = ""
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes held for an event not yet complete (a caller bounds this; see http.py)."""
+        return len(self._partial) + self._held
 
     def feed(self, chunk: bytes) -> list[tuple[str, str]]:
         """Events completed by ``chunk``, in order."""
@@ -70,6 +76,7 @@ class SSEParser:
                 data = b"\n".join(self._data).decode("utf-8", "replace")
                 events.append((self._event.decode("utf-8", "replace") or "message", data))
             self._data = []
+            self._held = 0
             self._event = b""
             return
         if line[:1] == b":":
@@ -79,6 +86,7 @@ class SSEParser:
             value = value[1:]
         if field == b"data":
             self._data.append(value)
+            self._held += len(value)
         elif field == b"event":
             self._event = value
         elif field == b"id" and b"\0" not in value:

@@ -9,6 +9,7 @@ keeps header *names* only.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -21,7 +22,7 @@ METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 @dataclass(frozen=True)
 class Target:
-    url: str
+    url: str  # for outputs: no credentials, query values masked
     scheme: str
     host: str
     port: int
@@ -51,11 +52,14 @@ def parse_url(url: str, field: str = "URL") -> Target:
             field, "<url with credentials>", "a URL without user:password (use --header)"
         )
     path = parts.path or "/"
+    shown = path
     if parts.query:
         path += "?" + parts.query
+        # Query values may be credentials (?key=...): sent, never shown or saved.
+        shown += "?" + "&".join(p.split("=", 1)[0] + "=***" for p in parts.query.split("&"))
     scheme = parts.scheme
     port = port or (443 if scheme == "https" else 80)
-    safe = f"{scheme}://{parts.netloc}{path}"
+    safe = f"{scheme}://{parts.netloc}{shown}"
     return Target(safe, scheme, parts.hostname, port, path)
 
 
@@ -63,9 +67,22 @@ def parse_header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
     name, value = name.strip(), value.strip()
     bad = any(c in text for c in "\r\n\0")
-    if not sep or not name or bad or any(c in name for c in " \t"):
+    if not sep or not _HEADER_NAME.match(name) or bad or not _latin1(value):
+        # The value may be a credential: never echoed back.
         raise BadInput("--header", "<header>" if sep else text, "'Name: value' on one line")
     return name, value
+
+
+# An HTTP token (RFC 9110); values go on the wire as Latin-1 (render()).
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def _latin1(text: str) -> bool:
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_body(text: str) -> bytes:

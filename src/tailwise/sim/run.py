@@ -21,6 +21,7 @@ import numpy as np
 
 from tailwise.arrivals import parse_schedule
 from tailwise.distributions import Distribution, parse_distribution
+from tailwise.errors import BadInput
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.records import INT_COLUMNS, Records, error_code, format_rows
@@ -314,7 +315,12 @@ def _sim_section(
 
 
 def write_run(directory: Path, run: SimRun, sc: Scenario) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(
+            "--out", str(directory), f"a directory that can be created ({exc.strerror})"
+        ) from None
     (directory / "summary.json").write_text(json.dumps(run.summary, indent=2) + "\n")
     (directory / "scenario.json").write_text(json.dumps(sc.model_dump(), indent=2) + "\n")
     r = run.records

@@ -373,9 +373,10 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read a .yaml/.yml or .toml file; BadInput names the file or the field when wrong."""
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise BadInput("SCENARIO", str(p), f"a readable file ({exc.strerror})") from None
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise BadInput("SCENARIO", str(p), f"a readable UTF-8 file ({reason})") from None
     try:
         if p.suffix == ".toml":
             data = tomllib.loads(text)

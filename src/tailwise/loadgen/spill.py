@@ -1,0 +1,110 @@
+"""Finished record blocks leave memory during a run, so a long run's memory stays flat.
+
+Every request's row lives in a :class:`~tailwise.records.RecordBlock` (about 100
+bytes a row) and its sequence number in the engine's completion log. Kept for
+the whole run, that grows without bound: 150 bytes a request was measured, or
+180 MB for ten minutes at 2000/s. Yet once all rows of a block are finished and
+written to ``records.jsonl``, nothing needs them until the summary at the end.
+
+So the records pump (:func:`tailwise.loadgen.results.pump`) hands such blocks
+to :class:`Spill`, which writes their columns as raw bytes to an unlinked
+temporary file in the run directory (nothing is left behind if the process
+dies) and empties their arrays; the runner reads them back before summarizing.
+Only the newest :data:`KEEP_BLOCKS` blocks stay resident whatever happens, so
+the engine's current block (which may still grow or shrink) is never touched.
+
+Spilling is used when the pump is the only reader of the completion log and
+of old blocks: a single-process run without the SLO-loss watch (knee trials
+are short) and without scale-out snapshots.
+"""
+
+from __future__ import annotations
+
+import marshal
+import tempfile
+from array import array
+from pathlib import Path
+
+import numpy as np
+
+from tailwise.records import BLOCK_SHIFT, RecordBlock
+
+KEEP_BLOCKS = 2
+# Every array column of a block, in file order (chunk_times follows, marshalled).
+_COLUMNS = (
+    "scheduled_ns",
+    "sent_ns",
+    "first_byte_ns",
+    "first_token_ns",
+    "done_ns",
+    "status",
+    "error",
+    "bytes_out",
+    "bytes_in",
+    "input_tokens",
+    "output_tokens",
+    "parent",
+    "replica",
+    "capped",
+)
+
+
+class Spill:
+    """Blocks moved to disk: ``note_written`` as rows reach the writer, ``retire``, ``restore``."""
+
+    def __init__(self, directory: Path) -> None:
+        # Closed in restore(); unlinked at once, so a killed run leaves nothing behind.
+        self._file = tempfile.TemporaryFile(dir=directory, prefix=".tailwise-spill-")  # noqa: SIM115
+        self._written: dict[int, int] = {}  # block index -> rows handed to the writer
+        self._where: dict[int, tuple[int, list[int]]] = {}  # block index -> (offset, part sizes)
+        self.spilled_rows = 0
+
+    def note_written(self, seqs: list[int]) -> None:
+        """Count rows handed to the records writer, per block."""
+        if not seqs:
+            return
+        which = np.asarray(seqs, dtype=np.int64) >> BLOCK_SHIFT
+        for b, n in enumerate(np.bincount(which).tolist()):
+            if n:
+                self._written[b] = self._written.get(b, 0) + n
+
+    def retirable(self, blocks: list[RecordBlock]) -> list[int]:
+        """Indices of blocks complete on disk and not among the newest :data:`KEEP_BLOCKS`."""
+        last = len(blocks) - KEEP_BLOCKS
+        return [
+            b
+            for b, n in self._written.items()
+            if b < last and b not in self._where and n >= blocks[b].rows
+        ]
+
+    def retire(self, blocks: list[RecordBlock], b: int) -> None:
+        """Write block ``b``'s columns to the file and free its arrays (rows and base stay)."""
+        block = blocks[b]
+        parts = [getattr(block, name).tobytes() for name in _COLUMNS]
+        parts.append(marshal.dumps(block.chunk_times))
+        self._file.seek(0, 2)
+        offset = self._file.tell()
+        self._file.write(b"".join(parts))
+        self._where[b] = (offset, [len(p) for p in parts])
+        for name in _COLUMNS:
+            setattr(block, name, array(getattr(block, name).typecode))
+        block.chunk_times = {}
+        del self._written[b]
+        self.spilled_rows += block.rows
+
+    def restore(self, blocks: list[RecordBlock]) -> None:
+        """Put every spilled block's columns back (before the summary), then drop the file."""
+        self._file.flush()
+        for b, (offset, sizes) in sorted(self._where.items()):
+            self._file.seek(offset)
+            block = blocks[b]
+            for name, size in zip((*_COLUMNS, "chunk_times"), sizes, strict=True):
+                raw = self._file.read(size)
+                if name == "chunk_times":
+                    block.chunk_times = marshal.loads(raw)
+                else:
+                    column = array(getattr(block, name).typecode)
+                    column.frombytes(raw)
+                    setattr(block, name, column)
+        self._where.clear()
+        self._file.close()
