@@ -93,3 +93,33 @@ def format_duration_ns(ns: int | float) -> str:
     if a >= 1e3:
         return f"{ns / 1e3:.0f}us"
     return f"{ns:.0f}ns"
+
+
+SLOW_FORM = "<share>x<factor>, e.g. 1%x10: one request in 100 is 10x slower"
+STALL_FORM = "S/P, e.g. 1s/10s: a stall of S at the start of every period P"
+
+
+def parse_slow_share(text: str, field: str, *, max_factor: float = math.inf) -> tuple[float, float]:
+    """``"1%x10"`` -> (0.01, 10.0): a share of requests and how many times slower."""
+    share, sep, k = text.partition("x") if isinstance(text, str) else ("", "", "")
+    try:
+        factor = float(k)
+    except ValueError:
+        factor = math.nan
+    if not sep or not math.isfinite(factor) or not 1.0 <= factor <= max_factor:
+        raise BadInput(field, text, SLOW_FORM)
+    return parse_fraction(share, field), factor
+
+
+def parse_stall_ns(
+    text: str, field: str, *, default_period: str | None = None, allow_zero: bool = False
+) -> tuple[int, int]:
+    """``"1s/10s"`` -> (stall_ns, period_ns); ``"1s"`` alone only with a default period."""
+    stall, sep, period = text.partition("/") if isinstance(text, str) else ("", "", "")
+    if not sep and default_period is None:
+        raise BadInput(field, text, STALL_FORM)
+    stall_ns = parse_duration_ns(stall, field, allow_zero=allow_zero)
+    period_ns = parse_duration_ns(period or str(default_period), field, allow_zero=False)
+    if stall_ns >= period_ns:
+        raise BadInput(field, text, STALL_FORM + ", with S shorter than P")
+    return stall_ns, period_ns

@@ -35,11 +35,14 @@ import numpy as np
 
 from tailwise.distributions import Distribution, parse_distribution
 from tailwise.errors import BadInput
-from tailwise.units import parse_duration_ns, parse_fraction
+from tailwise.units import (
+    parse_duration_ns,
+    parse_fraction,
+    parse_slow_share,
+    parse_stall_ns,
+)
 
 SHARE_FORM = "a share such as 1% or 0.01"
-SLOW_FORM = "<share>x<factor>, e.g. 1%x10: one request in 100 is 10x slower"
-STALL_FORM = "S/P, e.g. 1s/10s: a stall of S at the start of every period P"
 BANDWIDTH_FORM = "a rate such as 1MB/s, 512KiB/s or 10Mbit/s"
 SCHEDULE_FORM = "windows of proxy time such as 5s-15s or 5s-15s,30s-40s"
 ADDRESS_FORM = "HOST:PORT or PORT, e.g. 127.0.0.1:8001"
@@ -177,30 +180,12 @@ def parse_share(text: str | None, field: str) -> float:
 
 def parse_slow(text: str | None, field: str = "--slow") -> tuple[float, float]:
     """``"1%x10"`` -> (0.01, 10.0); None -> (0, 1)."""
-    if text is None:
-        return 0.0, 1.0
-    share, sep, k = text.partition("x") if isinstance(text, str) else ("", "", "")
-    try:
-        factor = float(k)
-    except ValueError:
-        factor = math.nan
-    if not sep or not math.isfinite(factor) or not 1.0 <= factor <= 1e6:
-        raise BadInput(field, text, SLOW_FORM)
-    return parse_fraction(share, field), factor
+    return (0.0, 1.0) if text is None else parse_slow_share(text, field, max_factor=1e6)
 
 
 def parse_stall(text: str | None, field: str = "--stall") -> tuple[int, int]:
     """``"1s/10s"`` -> (stall_ns, period_ns); None -> (0, 0)."""
-    if text is None:
-        return 0, 0
-    stall, sep, period = text.partition("/") if isinstance(text, str) else ("", "", "")
-    if not sep:
-        raise BadInput(field, text, STALL_FORM)
-    stall_ns = parse_duration_ns(stall, field, allow_zero=False)
-    period_ns = parse_duration_ns(period, field, allow_zero=False)
-    if stall_ns >= period_ns:
-        raise BadInput(field, text, STALL_FORM + ", with S shorter than P")
-    return stall_ns, period_ns
+    return (0, 0) if text is None else parse_stall_ns(text, field)
 
 
 def parse_bandwidth_bps(text: str | None, field: str = "--bandwidth") -> float:

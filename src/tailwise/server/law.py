@@ -24,10 +24,9 @@ import time
 from dataclasses import dataclass
 
 from tailwise.errors import BadInput
-from tailwise.units import parse_duration_ns, parse_fraction
+from tailwise.units import parse_duration_ns, parse_slow_share, parse_stall_ns
 
 SERVICE_FORM = "<duration> or exp:<duration> (e.g. 5ms, exp:5ms)"
-STRAGGLER_FORM = "<fraction>x<factor> (e.g. 1%x10: one request in 100 is 10x slower)"
 
 
 @dataclass(frozen=True)
@@ -51,22 +50,14 @@ def parse_law(
     if workers < 0:
         raise BadInput("--workers", workers, "a count >= 0 (0: unlimited)")
     stall_s = period_s = 0.0
-    if stall:
-        s, _, p = stall.partition("/")
-        stall_s = parse_duration_ns(s, "--stall") / 1e9
-        period_s = parse_duration_ns(p or "10s", "--stall") / 1e9
-        if stall_s >= period_s:
-            raise BadInput("--stall", stall, "S/P with the stall S shorter than its period P")
+    if stall:  # the period defaults to 10 s; a zero stall is no stall
+        stall_ns, period_ns = parse_stall_ns(
+            stall, "--stall", default_period="10s", allow_zero=True
+        )
+        stall_s, period_s = stall_ns / 1e9, period_ns / 1e9
     p_slow, factor = 0.0, 1.0
     if straggler:
-        frac, sep, k = straggler.partition("x")
-        try:
-            factor = float(k)
-        except ValueError:
-            factor = 0.0
-        if not sep or not math.isfinite(factor) or factor < 1.0:
-            raise BadInput("--straggler", straggler, STRAGGLER_FORM)
-        p_slow = parse_fraction(frac, "--straggler")
+        p_slow, factor = parse_slow_share(straggler, "--straggler")
     return Law(
         parse_duration_ns(value, "--service") / 1e9,
         dist or "constant",
