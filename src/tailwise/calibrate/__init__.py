@@ -29,6 +29,7 @@ from tailwise.calibrate.generic import SHAPES, Fit, fit_batching, fit_http
 from tailwise.calibrate.llm import fit_llm
 from tailwise.calibrate.steps import Step, load_steps
 from tailwise.errors import BadInput
+from tailwise.loadgen.sweep import knee_rps
 from tailwise.plan import Plan
 
 SERVICE_CHOICES = ("auto", *SHAPES)
@@ -50,12 +51,7 @@ class Calibration:
     @property
     def measured_knee_rps(self) -> float | None:
         """The highest rate at which this step and every lower one passed."""
-        knee = None
-        for s in self.steps:
-            if s.summary.get("verdict") != "pass":
-                break
-            knee = s.rate_rps
-        return knee
+        return knee_rps(self.steps)
 
     def model_doc(self) -> dict[str, Any]:
         """The scenario to write: the fitted serving model, a default workload, the SLOs."""

@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tailwise import __version__
 from tailwise.errors import BadInput
@@ -85,7 +85,17 @@ def step_row(step: Step) -> dict[str, Any]:
     return row
 
 
-def knee_rps(steps: list[Step]) -> float | None:
+class Judged(Protocol):
+    """A step of any origin (a sweep's, a calibration's): its rate and its summary."""
+
+    @property
+    def rate_rps(self) -> float: ...
+
+    @property
+    def summary(self) -> dict[str, Any]: ...
+
+
+def knee_rps(steps: Sequence[Judged]) -> float | None:
     """The highest rate at which this step and every lower one passed (None if the first failed).
 
     None for closed-loop steps: they have no offered rate to find a knee over."""
@@ -93,7 +103,7 @@ def knee_rps(steps: list[Step]) -> float | None:
         return None
     knee = None
     for step in sorted(steps, key=lambda s: s.rate_rps):
-        if not step.passed:
+        if step.summary["verdict"] != "pass":
             break
         knee = step.rate_rps
     return knee
