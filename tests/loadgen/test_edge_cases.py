@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 
 import tailwise
 from tailwise.errors import BadInput
+from tailwise.loadgen import results
 from tailwise.loadgen.runner import RunOptions, execute, prepare
 from tailwise.loadgen.transport import FakeTransport
 
@@ -202,3 +204,26 @@ def test_ctrl_c_while_sending_waits_one_grace(loopback: Loopback, tmp_path: Path
         s["requests"]["records_on_disk"],
         s["requests"]["scheduled"] + s["requests"]["warmup"]["scheduled"],
     )
+
+
+def test_a_writer_that_dies_before_it_is_ready_neither_hangs_nor_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine waits for the writer's ready line before its clock starts; a writer
+    that exits first (EOF, no line) lets the run go on, and the loss is reported."""
+    real = subprocess.Popen
+
+    def dying(args: list[str], **kw: object) -> subprocess.Popen[bytes]:
+        return real([sys.executable, "-c", "raise SystemExit(1)"], **kw)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(results.subprocess, "Popen", dying)
+    sink = results.RecordSink(tmp_path / "records.jsonl", (0, 10**9))
+    started = time.monotonic()
+
+    async def open_and_close() -> None:
+        await sink.open()
+        await sink.close()
+
+    asyncio.run(open_and_close())
+    assert time.monotonic() - started < results.READY_TIMEOUT_S / 2  # EOF, not the timeout
+    assert sink.wait() is None  # no rows line: the runner reports the records as lost

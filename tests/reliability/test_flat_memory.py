@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +42,13 @@ class ChunkyTransport(FakeTransport):
 def spills(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Block indices retired to disk during the run (the real method still runs)."""
     seen: list[int] = []
-    real = spill.Spill.retire
+    real = spill.Spill.retire_steps
 
-    def retire(self: spill.Spill, blocks: list[RecordBlock], b: int) -> None:
+    def retire_steps(self: spill.Spill, blocks: list[RecordBlock], b: int) -> Iterator[None]:
         seen.append(b)
-        real(self, blocks, b)
+        yield from real(self, blocks, b)
 
-    monkeypatch.setattr(spill.Spill, "retire", retire)
+    monkeypatch.setattr(spill.Spill, "retire_steps", retire_steps)
     return seen
 
 

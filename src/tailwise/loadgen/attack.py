@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import numpy as np
 
 from tailwise.clock import Waker, make_waker, now_ns
 from tailwise.loadgen.transport import Transport
-from tailwise.records import BLOCK_ROWS, RecordBlock, error_code
+from tailwise.records import BLOCK_ROWS, RecordBlock, block_steps, error_code
 
 MAX_SENDS_PER_TICK = 256
 
@@ -110,19 +110,57 @@ class OpenLoop(Engine):
         self._pending = np.zeros(0, dtype=np.int64)  # schedule offsets not yet in a block
         self._primed = False
         self._waker: Waker | None = None
+        # The next block, built ahead a step per loop turn: in progress, or done (a
+        # 1-tuple whose item is None when the plan has no more blocks).
+        self._building: Generator[None, None, tuple[RecordBlock, list[int]] | None] | None = None
+        self._ahead: tuple[tuple[RecordBlock, list[int]] | None] | None = None
+
+    def _build_steps(self) -> Generator[None, None, tuple[RecordBlock, list[int]] | None]:
+        """The next block of the plan and its due offsets, in small steps (None: plan over)."""
+        if len(self._pending) == 0:
+            nxt = next(self._source, None)  # a NumPy schedule chunk: ~0.1 ms
+            if nxt is None or len(nxt) == 0:
+                return None
+            self._pending = nxt
+            yield
+        offsets, self._pending = self._pending[:BLOCK_ROWS], self._pending[BLOCK_ROWS:]
+        block = yield from block_steps(self._next_base, len(offsets))
+        np.frombuffer(block.scheduled_ns, dtype=np.int64)[:] = offsets
+        yield
+        self._next_base += len(offsets)
+        return block, offsets.tolist()
+
+    def _prefetch_step(self) -> None:
+        """One step of building the next block, between sends (see :func:`block_steps`)."""
+        steps = self._building
+        if steps is None:
+            return  # taken over by _next_block, or the run is over
+        try:
+            next(steps)
+        except StopIteration as built:
+            self._building = None
+            self._ahead = (built.value,)
+            return
+        asyncio.get_running_loop().call_soon(self._prefetch_step)
 
     def _next_block(self) -> bool:
-        if len(self._pending) == 0:
-            nxt = next(self._source, None)
-            if nxt is None or len(nxt) == 0:
-                return False
-            self._pending = nxt
-        offsets, self._pending = self._pending[:BLOCK_ROWS], self._pending[BLOCK_ROWS:]
-        block = RecordBlock(self._next_base, len(offsets))
-        np.frombuffer(block.scheduled_ns, dtype=np.int64)[:] = offsets
-        self._next_base += len(offsets)
+        if self._ahead is not None:
+            made, self._ahead = self._ahead[0], None
+        else:  # not built ahead yet (the plan's first block, or a burst): finish it now
+            steps, self._building = self._building or self._build_steps(), None
+            try:
+                while True:
+                    next(steps)
+            except StopIteration as built:
+                made = built.value
+        if made is None:
+            return False
+        block, self._due = made
         self.blocks.append(block)
-        self._block, self._due, self._j = block, offsets.tolist(), 0
+        self._block, self._j = block, 0
+        if not self.stopping:
+            self._building = self._build_steps()
+            asyncio.get_running_loop().call_soon(self._prefetch_step)
         return True
 
     def prepare(self) -> None:
@@ -194,6 +232,7 @@ class OpenLoop(Engine):
                 return
 
     def _finish(self) -> None:
+        self._building = None
         self.finished_sending.set()
         if self.in_flight == 0 and not self.cap_queue:
             self.idle.set()
@@ -206,6 +245,7 @@ class OpenLoop(Engine):
         rows not yet due are dropped from the plan (they were never due)."""
         if self._block is not None and not self.finished_sending.is_set():
             self._close_plan(now_ns() - self.t0)
+        self._building = None
         super().stop()
         if self._waker is not None:
             self._waker.close()

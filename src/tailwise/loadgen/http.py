@@ -7,9 +7,10 @@ request (send, receive, waking the server) is already larger than Python's,
 so the Python path is kept flat: the engine calls the pool directly, and one
 clock read per received chunk serves both first-byte and completion times.
 
-Total timeouts: each busy connection carries its deadline; a sweep every
-:data:`SWEEP_S` fails overdue requests (so a timeout fires within 10 ms of
-its deadline) at a cost proportional to connections, not to requests.
+Total timeouts: a request's deadline is its send time plus the timeout; a sweep
+every :data:`SWEEP_S` fails overdue requests (so a timeout fires within 10 ms of
+its deadline), looking at the connections only when the earliest deadline it
+knows of has come: no per-request timer, and nearly no per-sweep cost.
 
 Failure mapping (see :mod:`tailwise.errors`): a connection that cannot be
 opened or is closed before use, including a connect timeout -> ``connect`` (or
@@ -74,7 +75,6 @@ class _Conn(asyncio.Protocol):
     __slots__ = (
         "block",
         "closed",
-        "deadline",
         "first",
         "head",
         "j",
@@ -94,7 +94,6 @@ class _Conn(asyncio.Protocol):
         self.first = True
         self.nbytes = 0
         self.closed = False
-        self.deadline = 0  # run-relative ns
         self.t_last = 0  # run-relative ns of the latest chunk
         self.head: bytes | None = None  # first chunk of the current response (see connection_lost)
 
@@ -191,6 +190,7 @@ class _Pool:
         self.connecting = 0
         self.t0 = 0
         self.timeout_ns = owner.timeout_ns
+        self.next_scan_ns = 0  # run-relative: when sweep() next looks at every connection
         self.on_done: OnDone = _noop_done
         self.streaming = owner.streaming
         self.conn_class: type[_Conn] = _StreamConn if owner.streaming else _Conn
@@ -209,7 +209,6 @@ class _Pool:
             conn.first = True
             conn.head = None
             conn.nbytes = 0
-            conn.deadline = block.sent_ns[j] + self.timeout_ns
             if self.streaming:
                 conn.reset_stream()
             block.bytes_out[j] = len(payload)
@@ -314,17 +313,35 @@ class _Pool:
         await asyncio.gather(*(one() for _ in range(n)))
 
     def sweep(self, now_rel_ns: int) -> None:
-        """Fail overdue requests: waiting for a connection (in send order) or on the wire."""
+        """Fail overdue requests: waiting for a connection (in send order) or on the wire.
+
+        The pass over connections (hundreds after a burst) runs only once the earliest
+        deadline the previous pass saw has come. A request put on the wire since then
+        was sent after that pass, or waited behind the queue's head it looked at, so
+        its deadline is no earlier: a timeout still fires within :data:`SWEEP_S`.
+        """
         waiting, timeout = self.waiting, self.timeout_ns
         while waiting and waiting[0][0].sent_ns[waiting[0][1]] + timeout <= now_rel_ns:
             block, j = waiting.popleft()
             block.done_ns[j] = now_rel_ns
             block.error[j] = _TIMEOUT
             self.on_done(block, j)
+        if now_rel_ns < self.next_scan_ns:
+            return
+        earliest = now_rel_ns + timeout
+        if waiting:
+            earliest = min(earliest, waiting[0][0].sent_ns[waiting[0][1]] + timeout)
         for conn in list(self.all):
-            if conn.block is not None and conn.deadline <= now_rel_ns:
+            busy = conn.block
+            if busy is None:
+                continue
+            deadline = busy.sent_ns[conn.j] + timeout
+            if deadline <= now_rel_ns:
                 conn.fail(_TIMEOUT)
                 conn.transport.abort()
+            elif deadline < earliest:
+                earliest = deadline
+        self.next_scan_ns = earliest
 
 
 class HttpTransport:
