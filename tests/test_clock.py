@@ -16,8 +16,9 @@ def _fire_times(lead_ns: list[int]) -> list[int]:
         for lead in lead_ns:
             fired = loop.create_future()
             waker = make_waker(loop, lambda f=fired: f.done() or f.set_result(now_ns()))
-            at = now_ns() + lead
-            waker.arm(at)
+            clock = now_ns()
+            at = clock + lead
+            waker.arm(at, clock)
             lateness.append(await asyncio.wait_for(fired, 2.0) - at)
             waker.close()
         return lateness

@@ -30,9 +30,13 @@ _TFD_TIMER_ABSTIME = 1
 
 
 class Waker(Protocol):
-    """Calls ``callback`` once, soon after the monotonic instant ``at_ns``."""
+    """Calls ``callback`` once, soon after the monotonic instant ``at_ns``.
 
-    def arm(self, at_ns: int) -> None: ...
+    ``clock_ns`` is the caller's latest clock reading (the pacer has just read the
+    clock: one read fewer per request).
+    """
+
+    def arm(self, at_ns: int, clock_ns: int) -> None: ...
     def close(self) -> None: ...
 
 
@@ -93,8 +97,8 @@ class TimerfdWaker:
         else:
             self._loop.call_soon(self._poll)
 
-    def arm(self, at_ns: int) -> None:
-        if at_ns - now_ns() < SPIN_NS:
+    def arm(self, at_ns: int, clock_ns: int) -> None:
+        if at_ns - clock_ns < SPIN_NS:
             self._at_ns = at_ns
             if not self._polling:
                 self._polling = True
@@ -121,7 +125,7 @@ class SpinWaker:
         self._at_ns = 0
         self._handle: asyncio.Handle | None = None
 
-    def arm(self, at_ns: int) -> None:
+    def arm(self, at_ns: int, clock_ns: int) -> None:
         self._at_ns = at_ns
         self._cancel()
         self._poll()

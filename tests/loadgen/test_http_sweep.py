@@ -76,3 +76,23 @@ def test_a_request_that_waited_for_a_connection_keeps_its_send_time_deadline() -
     _busy(pool, block, 0, sent_ns=1 * S)
     pool.sweep(11 * S)
     assert done == [0] and block.error[0] == TIMEOUT
+
+
+def test_a_new_origin_forgets_the_scan_time_of_the_old_one() -> None:
+    # Scale-out workers sweep while they wait at the start barrier, on the old time base
+    # (t0 = 0, so "now" is the host's uptime): that must not postpone the run's passes.
+    t = HttpTransport(
+        [parse_url("http://127.0.0.1:9/")],
+        [[b"GET / HTTP/1.1\r\n\r\n"]],
+        timeout_ns=10 * S,
+        connect_timeout_ns=S,
+    )
+    pool = t._pools[0]
+    done: list[int] = []
+    pool.on_done = lambda block, j: done.append(block.base + j)
+    pool.sweep(50_000 * S)  # before the origin: no request, next pass "at 50,010 s"
+    t.set_origin(50_000 * S)
+    block = RecordBlock(0, 1)
+    _busy(pool, block, 0, sent_ns=0)
+    pool.sweep(10 * S)
+    assert done == [0] and block.error[0] == TIMEOUT

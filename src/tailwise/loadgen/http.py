@@ -403,6 +403,7 @@ class HttpTransport:
         self._t0 = t0_ns
         for p in self._pools:
             p.t0 = t0_ns
+            p.next_scan_ns = 0  # a new time base: what sweeps before it saw means nothing
 
     def _send_round_robin(self, block: RecordBlock, j: int) -> None:
         self._rr += 1

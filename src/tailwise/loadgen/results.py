@@ -25,7 +25,7 @@ from tailwise.loadgen.writer import WIDTH, pack
 from tailwise.metrics.percentiles import nearest_rank
 from tailwise.records import BLOCK_SHIFT, INT_COLUMNS, RecordBlock
 
-SLICE_ROWS = 512
+SLICE_ROWS = 1024
 # Often and small: each pass holds the loop while it packs its rows, and the pacer
 # waits. At 65k req/s a 0.1 s period meant ~6,500 rows at once, a ~1 ms send-lag
 # spike every 100 ms; at 10 ms a pass packs ~650 rows (~0.15 ms).
@@ -117,32 +117,49 @@ class RecordSink:
             return None
 
 
+# Where the frame's rows come from: (frame row, block column, the column's NumPy type).
+_GATHER = (
+    *((i, c, np.int64) for i, c in enumerate(INT_COLUMNS) if c not in ("seq", "worker")),
+    (WIDTH - 2, "error", np.int16),
+    (WIDTH - 1, "capped", np.int8),
+)
+_SEQ, _WORKER = INT_COLUMNS.index("seq"), INT_COLUMNS.index("worker")
+
+
 def pack_rows(blocks: list[RecordBlock], seqs: list[int], worker: int) -> bytes:
-    """A writer frame for the rows ``seqs`` (global sequence numbers)."""
+    """A writer frame for the rows ``seqs`` (global sequence numbers), in that order.
+
+    Column-major, so that each column is one gather into a contiguous frame row:
+    ~45 us for 650 rows of one block (the common case) where a row-major frame
+    took ~135 us. Rows finishing across a block boundary take a masked gather.
+    """
     arr = np.asarray(seqs, dtype=np.int64)
-    parts: list[np.ndarray] = []
-    chunks: list[list[int] | None] = []
+    m = np.empty((WIDTH, len(arr)), dtype=np.int64)
+    m[_SEQ] = arr
+    m[_WORKER] = worker
+    which = arr >> BLOCK_SHIFT
+    lo, hi = int(which.min()), int(which.max())
     any_chunks = False
-    for b in np.unique(arr >> BLOCK_SHIFT).tolist():
+    for b in range(lo, hi + 1):
         blk = blocks[b]
-        local = arr[(arr >> BLOCK_SHIFT) == b] - blk.base
-        m = np.empty((len(local), WIDTH), dtype=np.int64)
-        for i, col in enumerate(INT_COLUMNS):
-            if col == "seq":
-                m[:, i] = local + blk.base
-            elif col == "worker":
-                m[:, i] = worker
+        sel = None if lo == hi else which == b
+        if sel is not None and not sel.any():
+            continue  # no row here (and the block may have left memory)
+        local = (arr if sel is None else arr[sel]) - blk.base
+        for i, name, dtype in _GATHER:
+            column = np.frombuffer(getattr(blk, name), dtype=dtype)
+            if sel is None:
+                m[i] = column[local]
             else:
-                m[:, i] = np.frombuffer(getattr(blk, col), dtype=np.int64)[local]
-        m[:, -2] = np.frombuffer(blk.error, dtype=np.int16)[local]
-        m[:, -1] = np.frombuffer(blk.capped, dtype=np.int8)[local]
-        parts.append(m)
-        if blk.chunk_times:
-            any_chunks = True
-            chunks.extend(blk.chunk_times.get(j) for j in local.tolist())
-        else:
-            chunks.extend([None] * len(local))
-    return pack(np.concatenate(parts), chunks if any_chunks else None)
+                m[i, sel] = column[local]
+        any_chunks = any_chunks or bool(blk.chunk_times)
+    chunks: list[list[int] | None] | None = None
+    if any_chunks:  # LLM streams: rows one by one, at their (low) rates
+        chunks = []
+        for seq in seqs:
+            blk = blocks[seq >> BLOCK_SHIFT]
+            chunks.append(blk.chunk_times.get(seq - blk.base))
+    return pack(m, chunks)
 
 
 async def pump(

@@ -9,9 +9,9 @@ dies, this one reads end-of-file, flushes what it has and exits.
 
 Frame layout (little-endian)::
 
-    b"TWF1" | uint32 rows | uint32 chunk_values | uint32 kinds_bytes
-    | kinds JSON (the error-kind table) | int64[rows, 16] (INT_COLUMNS, error code, capped)
-    | int64[rows] chunk counts | int64[chunk_values] chunk offsets
+    b"TWF2" | uint32 rows | uint32 chunk_values | uint32 kinds_bytes
+    | kinds JSON (the error-kind table) | int64[WIDTH, rows] (column-major: INT_COLUMNS,
+    then error code, then capped) | int64[rows] chunk counts | int64[chunk_values] offsets
 """
 
 from __future__ import annotations
@@ -29,21 +29,22 @@ import numpy as np
 
 from tailwise.records import ERROR_KINDS, INT_COLUMNS, format_rows
 
-MAGIC = b"TWF1"
+MAGIC = b"TWF2"
 HEADER = struct.Struct("<4sIII")
-WIDTH = len(INT_COLUMNS) + 2
-READY = "ready"  # the int columns, then the error code and the capped flag
+WIDTH = len(INT_COLUMNS) + 2  # the int columns, then the error code and the capped flag
+READY = "ready"
 
 
 def pack(matrix: np.ndarray, chunks: list[list[int] | None] | None) -> bytes:
-    """One frame from an ``int64[rows, WIDTH]`` matrix and per-row chunk times (or None)."""
+    """One frame from an ``int64[WIDTH, rows]`` matrix and per-row chunk times (or None)."""
+    rows = matrix.shape[1]
     if chunks is None:  # no streamed chunks in this batch: skip the per-row loop
-        counts, values = np.zeros(matrix.shape[0], dtype=np.int64), []
+        counts, values = np.zeros(rows, dtype=np.int64), []
     else:
         counts = np.array([0 if c is None else len(c) for c in chunks], dtype=np.int64)
         values = [v for c in chunks if c for v in c]
     kinds = json.dumps(ERROR_KINDS).encode()
-    head = HEADER.pack(MAGIC, matrix.shape[0], len(values), len(kinds))
+    head = HEADER.pack(MAGIC, rows, len(values), len(kinds))
     body = np.ascontiguousarray(matrix, dtype="<i8").tobytes()
     return b"".join(
         (
@@ -67,15 +68,15 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
 
 
 def _format(
-    frame_rows: np.ndarray,
+    matrix: np.ndarray,
     counts: np.ndarray,
     values: np.ndarray,
     kinds: list[str],
     window: tuple[int, int],
 ) -> str:
-    cols = {c: frame_rows[:, i] for i, c in enumerate(INT_COLUMNS)}
-    codes = frame_rows[:, -2].tolist()
-    capped = frame_rows[:, -1].tolist()
+    cols = {c: matrix[i] for i, c in enumerate(INT_COLUMNS)}
+    codes = matrix[-2].tolist()
+    capped = matrix[-1].tolist()
     ends = np.cumsum(counts)
     chunks: list[object] = [
         None if n == 0 else values[e - n : e].tolist()
@@ -99,7 +100,7 @@ def serve(stream: BinaryIO, out: Path, window: tuple[int, int]) -> int:
                 break  # the engine died mid-frame: keep every complete frame
             kinds = json.loads(payload[:n_kinds])
             ints = np.frombuffer(payload, dtype="<i8", offset=n_kinds)
-            matrix = ints[: rows * WIDTH].reshape(rows, WIDTH)
+            matrix = ints[: rows * WIDTH].reshape(WIDTH, rows)
             counts = ints[rows * WIDTH : rows * WIDTH + rows]
             values = ints[rows * WIDTH + rows :]
             fh.write(_format(matrix, counts, values, kinds, window))
