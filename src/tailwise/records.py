@@ -112,6 +112,7 @@ _BLOCK_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("replica", "q", ABSENT),
     ("capped", "b", 0),
 )
+ARRAY_COLUMNS = tuple(name for name, _, _ in _BLOCK_COLUMNS)  # every array column of a block
 
 
 class RecordBlock:

@@ -28,26 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tailwise.records import BLOCK_SHIFT, RecordBlock
+from tailwise.records import ARRAY_COLUMNS, BLOCK_SHIFT, RecordBlock
 
 KEEP_BLOCKS = 2
 # Every array column of a block, in file order (chunk_times follows, marshalled).
-_COLUMNS = (
-    "scheduled_ns",
-    "sent_ns",
-    "first_byte_ns",
-    "first_token_ns",
-    "done_ns",
-    "status",
-    "error",
-    "bytes_out",
-    "bytes_in",
-    "input_tokens",
-    "output_tokens",
-    "parent",
-    "replica",
-    "capped",
-)
+_COLUMNS = ARRAY_COLUMNS
 
 
 class Spill:
