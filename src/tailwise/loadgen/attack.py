@@ -184,16 +184,10 @@ class OpenLoop(Engine):
         send = self.transport.send
         assert block is not None
         sent_ns, n = block.sent_ns, len(due)
-        # Counted here and added to self.in_flight once per tick: a transport never
-        # completes a request inside send(), and if one did, the sums still hold.
-        room, k = self.max_in_flight - self.in_flight, 0
         now = now_ns() - t0
         budget = MAX_SENDS_PER_TICK
         while True:
             if j >= n:
-                self.in_flight += k
-                self.sent += k
-                k = 0
                 if not self._next_block():
                     self._j = j
                     self._finish()
@@ -201,14 +195,14 @@ class OpenLoop(Engine):
                 block, due, j = self._block, self._due, 0
                 assert block is not None
                 sent_ns, n = block.sent_ns, len(due)
-                room = self.max_in_flight - self.in_flight
             if due[j] > now:
                 now = now_ns() - t0
                 if due[j] > now:
                     break
             # Dispatch inlined (cap check, stamp, send): this runs once per request.
-            if k < room:
-                k += 1
+            if self.in_flight < self.max_in_flight:
+                self.in_flight += 1
+                self.sent += 1
                 sent_ns[j] = now_ns() - t0
                 send(block, j)
             else:
@@ -217,13 +211,9 @@ class OpenLoop(Engine):
             j += 1
             budget -= 1
             if budget == 0:  # behind schedule: let responses, timers and signals in
-                self.in_flight += k
-                self.sent += k
                 self._j = j
                 asyncio.get_running_loop().call_soon(self._tick)
                 return
-        self.in_flight += k
-        self.sent += k
         self._j = j
         assert self._waker is not None
         self._waker.arm(t0 + due[j], t0 + now)
