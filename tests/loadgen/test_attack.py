@@ -10,8 +10,9 @@ import numpy as np
 from tailwise.clock import now_ns
 from tailwise.loadgen.attack import OpenLoop
 from tailwise.loadgen.runner import RunOptions, execute, prepare
-from tailwise.loadgen.transport import FakeTransport
+from tailwise.loadgen.transport import FakeTransport, OnDone
 from tailwise.metrics import derive
+from tailwise.records import RecordBlock
 
 MS = 1_000_000
 
@@ -109,3 +110,82 @@ def test_stop_leaves_the_block_built_ahead_out_of_the_run() -> None:
         sched = np.frombuffer(block.scheduled_ns, dtype=np.int64)[: block.rows]
         assert np.array_equal(sched, offsets[block.base : block.base + block.rows])
     assert len(engine.completed) == rows == len(set(engine.completed))
+
+
+class BurstTransport:
+    """Holds every answer until ``release_ns``, then delivers them in one callback.
+
+    Each delivery busy-waits ``work_ns`` (the CPU a completion costs): a burst of
+    completions that holds the event loop, as after a server or VM pause. Requests
+    sent during or after the burst are answered on the next loop turn.
+    """
+
+    def __init__(self, release_ns: int, work_ns: int) -> None:
+        self.release_ns, self.work_ns = release_ns, work_ns
+        self.held: list[tuple[RecordBlock, int]] = []
+        self.released = False
+        self.t0 = 0
+        self.on_done: OnDone | None = None
+
+    async def start(self, on_done: OnDone) -> None:
+        self.on_done = on_done
+
+    def set_origin(self, t0_ns: int) -> None:
+        self.t0 = t0_ns
+        loop = asyncio.get_running_loop()
+        loop.call_later((t0_ns + self.release_ns - now_ns()) / 1e9, self._release)
+
+    def send(self, block: RecordBlock, j: int) -> None:
+        if self.released:
+            asyncio.get_running_loop().call_soon(self._answer, block, j)
+        else:
+            self.held.append((block, j))
+
+    def _answer(self, block: RecordBlock, j: int) -> None:
+        t = now_ns() - self.t0
+        block.first_byte_ns[j] = block.done_ns[j] = t
+        block.status[j] = 200
+        assert self.on_done is not None
+        self.on_done(block, j)
+
+    def _release(self) -> None:
+        self.released = True
+        for block, j in self.held:
+            end = now_ns() + self.work_ns
+            while now_ns() < end:
+                pass
+            self._answer(block, j)
+
+    def abort_all(self, kind: str) -> int:
+        return 0
+
+    async def close(self) -> None:
+        pass
+
+
+def test_sends_due_during_a_burst_of_completions_are_not_held_behind_it() -> None:
+    # 40 answers held until 20 ms, then delivered in one callback costing 0.5 ms each:
+    # the loop is busy from 20 to 40 ms. Requests due then (every 0.5 ms) go out between
+    # completions; waiting for the burst to end would make their send lag up to 20 ms.
+    transport = BurstTransport(release_ns=20 * MS, work_ns=MS // 2)
+    offsets = np.arange(120, dtype=np.int64) * (MS // 2)
+
+    async def go() -> OpenLoop:
+        engine = OpenLoop(transport, iter([offsets]), max_in_flight=10_000)
+        await transport.start(engine.on_done)
+        engine.prepare()
+        t0 = now_ns() + 5 * MS
+        transport.set_origin(t0)
+        engine.begin(t0)
+        await asyncio.wait_for(engine.finished_sending.wait(), 5)
+        await asyncio.wait_for(engine.idle.wait(), 5)
+        return engine
+
+    engine = asyncio.run(go())
+    block = engine.blocks[0]
+    sent = np.frombuffer(block.sent_ns, dtype=np.int64)[:120]
+    during = (offsets > 21 * MS) & (offsets < 38 * MS)
+    lag_ms = (sent - offsets)[during] / MS
+    assert during.sum() == 33 and (lag_ms >= 0).all()
+    assert lag_ms.max() < 5, lag_ms  # paced between completions, not after the burst
+    assert len(engine.completed) == 120

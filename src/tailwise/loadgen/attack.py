@@ -28,6 +28,7 @@ from tailwise.loadgen.transport import Transport
 from tailwise.records import BLOCK_ROWS, RecordBlock, block_steps, error_code
 
 MAX_SENDS_PER_TICK = 256
+NEVER_NS = 1 << 62
 
 
 class Engine:
@@ -47,6 +48,9 @@ class Engine:
         self.finished_sending = asyncio.Event()
         self.idle = asyncio.Event()
         self.cap_queue: deque[tuple[RecordBlock, int]] = deque()
+        # Run-relative instant of the next send, while the pacer is waiting for it;
+        # NEVER_NS while it runs, is behind schedule, or has finished.
+        self.next_due_ns = NEVER_NS
 
     def on_done(self, block: RecordBlock, j: int) -> None:
         self.in_flight -= 1
@@ -56,6 +60,15 @@ class Engine:
             self._send(b, k)
         elif self.in_flight == 0 and self.finished_sending.is_set():
             self.idle.set()
+        # Completions arrive in bursts (hundreds in one pass of the event loop after
+        # the server or the VM paused), and the pacer's wake-up waits behind the
+        # whole burst: measured 2-3 ms of send lag at 70k req/s. A completion that
+        # finds a send due runs the pacer first (done_ns is this completion's clock).
+        if block.done_ns[j] >= self.next_due_ns:
+            self._tick()
+
+    def _tick(self) -> None:
+        """Send what has come due (the open loop's pacer)."""
 
     def _send(self, block: RecordBlock, j: int) -> None:
         self.in_flight += 1
@@ -178,6 +191,7 @@ class OpenLoop(Engine):
         self._waker.arm(t0_ns + self._due[0], now_ns())
 
     def _tick(self) -> None:
+        self.next_due_ns = NEVER_NS  # not re-entered from a completion while it sends
         if self.stopping:
             return
         t0, block, due, j = self.t0, self._block, self._due, self._j
@@ -215,6 +229,7 @@ class OpenLoop(Engine):
                 asyncio.get_running_loop().call_soon(self._tick)
                 return
         self._j = j
+        self.next_due_ns = due[j]
         assert self._waker is not None
         self._waker.arm(t0 + due[j], t0 + now)
 
