@@ -10,7 +10,7 @@ import numpy as np
 from tailwise.clock import now_ns
 from tailwise.loadgen.attack import OpenLoop
 from tailwise.loadgen.runner import RunOptions, execute, prepare
-from tailwise.loadgen.transport import FakeTransport, OnDone
+from tailwise.loadgen.transport import FakeTransport, OnDone, Transport
 from tailwise.metrics import derive
 from tailwise.records import RecordBlock
 
@@ -86,18 +86,24 @@ def test_a_plan_over_many_blocks_is_sent_once_in_order(tmp_path: Path) -> None:
     assert res.summary["requests"]["ok"] == 9000 and res.summary["requests"]["accounted"]
 
 
+async def start_open_loop(transport: Transport, offsets: np.ndarray) -> OpenLoop:
+    """An open loop over ``transport`` for the plan ``offsets``, its clock 5 ms from now."""
+    engine = OpenLoop(transport, iter([offsets]), max_in_flight=10_000)
+    await transport.start(engine.on_done)
+    engine.prepare()
+    t0 = now_ns() + 5 * MS
+    transport.set_origin(t0)
+    engine.begin(t0)
+    return engine
+
+
 def test_stop_leaves_the_block_built_ahead_out_of_the_run() -> None:
     """Interrupted mid-plan: no row of the next block, built ahead but never due, joins."""
     transport = FakeTransport(lambda seq: (MS, 200, ""))
     offsets = np.arange(20_000, dtype=np.int64) * 50_000  # 20k/s for 1 s
 
     async def go() -> OpenLoop:
-        engine = OpenLoop(transport, iter([offsets]), max_in_flight=10_000)
-        await transport.start(engine.on_done)
-        engine.prepare()
-        t0 = now_ns() + 5 * MS
-        transport.set_origin(t0)
-        engine.begin(t0)
+        engine = await start_open_loop(transport, offsets)
         await asyncio.sleep(0.3)  # into the second block: the third is built ahead
         engine.stop()
         await asyncio.wait_for(engine.idle.wait(), 5)
@@ -171,12 +177,7 @@ def test_sends_due_during_a_burst_of_completions_are_not_held_behind_it() -> Non
     offsets = np.arange(120, dtype=np.int64) * (MS // 2)
 
     async def go() -> OpenLoop:
-        engine = OpenLoop(transport, iter([offsets]), max_in_flight=10_000)
-        await transport.start(engine.on_done)
-        engine.prepare()
-        t0 = now_ns() + 5 * MS
-        transport.set_origin(t0)
-        engine.begin(t0)
+        engine = await start_open_loop(transport, offsets)
         await asyncio.wait_for(engine.finished_sending.wait(), 5)
         await asyncio.wait_for(engine.idle.wait(), 5)
         return engine

@@ -234,7 +234,8 @@ def test_a_writer_that_dies_before_it_is_ready_neither_hangs_nor_passes(
 def test_descriptor_table_is_grown_before_the_clock_and_nothing_stays_open() -> None:
     # A fresh process, whose table starts small: after the reservation the kernel's
     # table holds the run's connections (no growth, and no RCU wait, mid-run), the
-    # descriptors open are the same as before, and a limit below the ask caps it.
+    # descriptors open are the same as before (one already open at the ask's last
+    # slot is left alone), and a limit below the ask caps it.
     code = """
 import os, resource
 from tailwise.loadgen.runner import reserve_fd_table
@@ -242,18 +243,23 @@ def size():
     for line in open('/proc/self/status'):
         if line.startswith('FDSize:'):
             return int(line.split()[1])
-before, fds = size(), sorted(os.listdir('/proc/self/fd'))
+before = size()
+mine = os.open(os.devnull, os.O_RDONLY)
+os.dup2(mine, 129)
+fds = sorted(os.listdir('/proc/self/fd'))
 got = reserve_fd_table(3000)
+small = reserve_fd_table(130)
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
 capped = reserve_fd_table(5000)
-print(before, size(), got, capped, fds == sorted(os.listdir('/proc/self/fd')))
+os.fstat(129)
+print(before, size(), got, capped, small, fds == sorted(os.listdir('/proc/self/fd')))
 """
     if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 3000:
         pytest.skip("open-file limit below 3000")
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
-    before, after, got, capped, same = int(out[0]), int(out[1]), int(out[2]), int(out[3]), out[4]
+    before, after, got, capped, small = (int(x) for x in out[:5])
     assert before < 3000 <= after and got == 3000
-    assert capped == 200 and same == "True"
+    assert capped == 200 and small == 130 and out[5] == "True"
