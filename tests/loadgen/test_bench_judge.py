@@ -10,7 +10,7 @@ from pathlib import Path
 import tailwise
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from wrk_vs_tailwise import judge  # noqa: E402
+from wrk_vs_tailwise import judge
 
 
 def test_a_trial_that_hit_the_in_flight_cap_is_not_sustained(
