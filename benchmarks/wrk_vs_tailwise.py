@@ -100,7 +100,7 @@ def wrk_rps(url: str, seconds: int) -> float:
     return float(m.group(1))
 
 
-def tailwise_trial(url: str, rate: int, out: Path) -> dict[str, float | bool]:
+def tailwise_trial(url: str, rate: int, out: Path) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
@@ -315,7 +315,9 @@ def main() -> None:
         "tailwise_rps": best,
         "ratio": best / wrk,
         "ratio_fastest": best / max(rps),
-        "ratio_beside": best / beside if (beside := wrk_beside(log, best, rps[0])) else None,
+        "ratio_beside": best / beside
+        if (beside := wrk_beside(log, best, rps[wrk_runs - 1]))
+        else None,
         "trials_per_rate": trials,
         "trials": log,
     }
