@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from tailwise import __version__
+from tailwise.version import __version__
 from tailwise.errors import BadInput
 
 F = TypeVar("F", bound=Callable[..., Any])

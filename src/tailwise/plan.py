@@ -51,7 +51,7 @@ class Plan:
     command: str = "plan"  # the heading's verb: plan, calibrate
 
     def to_json(self) -> dict[str, Any]:
-        from tailwise import __version__
+        from tailwise.version import __version__
 
         return {
             "schema": SCHEMA,

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tailwise import __version__
+from tailwise.version import __version__
 from tailwise.calibrate.fit import METRICS, Goodness, goodness
 from tailwise.calibrate.generic import SHAPES, Fit, fit_batching, fit_http
 from tailwise.calibrate.llm import fit_llm

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tailwise import __version__
+from tailwise.version import __version__
 from tailwise.errors import BadInput
 from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
 from tailwise.units import parse_rate_rps

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tailwise import __version__
+from tailwise.version import __version__
 from tailwise.metrics import derive
 from tailwise.metrics.littles import littles_law
 from tailwise.metrics.percentiles import distribution_ms, nearest_rank
