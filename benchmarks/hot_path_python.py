@@ -2,7 +2,7 @@
 
 A diagnostic, not run by ``make bench``: it drives the real pacer tick
 (:class:`~tailwise.loadgen.attack.OpenLoop`), the real pool dispatch and the
-real response handling (:class:`~tailwise.loadgen.http._Conn`: httptools
+real response handling (:class:`~tailwise.loadgen.http.Conn`: httptools
 parse, completion, the engine's bookkeeping) against sockets that do nothing,
 one request per tick as at ~65k req/s. What it prints is the share of a
 request's cost that Python code can change; the rest (``send``, ``recv``,
@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 import tailwise.loadgen.attack as attack
-from tailwise.loadgen.http import HttpTransport, _Conn
+from tailwise.loadgen.http import HttpTransport
+from tailwise.loadgen.http_conn import Conn
 from tailwise.loadgen.targets import parse_url
 
 RESPONSE = (
@@ -64,7 +65,7 @@ async def one_run(requests: int) -> float:
     )
     pool = transport._pools[0]
     for _ in range(8):
-        conn = _Conn(pool)
+        conn = Conn(pool)
         conn.connection_made(_NullSocket())
         pool.idle.append(conn)
         pool.all.add(conn)

@@ -134,7 +134,7 @@ def case(name: str, n: int) -> dict[str, Any]:
         out["differ"] = int((fcfs_one_server(arrivals, service) != done).sum())
         started = time.perf_counter() - wall
     elif name == "jsq-tailwise":
-        from tailwise.sim.fast import _jsq_compiled
+        from tailwise.sim.fast import jsq_compiled as _jsq_compiled
 
         kernel = _jsq_compiled()
         if kernel is None:
@@ -149,7 +149,8 @@ def case(name: str, n: int) -> dict[str, Any]:
         done, _ = jsq_python(arrivals, service, 8)
     elif name == "jsq-events":
         from tailwise.distributions import parse_distribution
-        from tailwise.sim.system import System, SystemSpec
+        from tailwise.sim.system import System
+        from tailwise.sim.system_spec import SystemSpec
 
         spec = SystemSpec(parse_distribution("exp:10ms"), replicas=8, routing="jsq")
         system = System(spec, np.random.default_rng(0))
@@ -163,7 +164,7 @@ def case(name: str, n: int) -> dict[str, Any]:
         out["differ"] = int((jsq_python(arrivals, service, 8)[0] != done).sum())
         started = time.perf_counter() - wall
     elif name.startswith("llm"):
-        from tailwise.server.engine import EngineConfig
+        from tailwise.laws.llm import EngineConfig
         from tailwise.sim.llm import LlmSpec, simulate_llm
 
         arrivals, _ = _inputs(n, 30.0, 1.0, 3)

@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from tailwise.instrument import LatencyMiddleware, exposition
-from tailwise.server.prom import CONTENT_TYPE
+from tailwise.instrument.promtext import CONTENT_TYPE
 
 tracker = make_tracker()
 tracker.burn_monitor("latency<=300ms@99%")  # the SRE workbook's 1h/5m, 6h/30m, 3d/6h rules

@@ -16,11 +16,12 @@ from pathlib import Path
 from rich.console import Console
 
 from tailwise.capacity import llm_idle_ttft_s, llm_saturated_rps
+from tailwise.laws.llm import EngineConfig
 from tailwise.loadgen.runner import RunOptions
 from tailwise.loadgen.sweep import Step, Sweep
+from tailwise.report.render import sweep_report
 from tailwise.report.text import print_sweep
 from tailwise.server import spawn_demo
-from tailwise.server.engine import EngineConfig
 
 DEMO_RATES = (4.0, 8.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0)
 PROMPT_TOKENS, OUTPUT_TOKENS = 128, 64
@@ -86,7 +87,7 @@ def run_demo(window: str = "6s", rates: tuple[float, ...] = DEMO_RATES) -> int:
         sweep = Sweep(demo_options(base, window), out_dir, lambda *a: _step_line(console, *a))
         sweep.run_rates(list(rates))
         doc = sweep.write()
-        report = sweep.write_report()
+        report = sweep_report(out_dir) if sweep.steps else ""
         console.print()
         print_sweep(doc)
         console.print(f"[dim]saved     {out_dir}/ (sweep.json and one run directory per step)")

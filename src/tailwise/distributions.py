@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tailwise.errors import BadInput
+from tailwise.records import read_jsonl
 from tailwise.units import parse_duration_ns
 
 DIST_FORM = (
@@ -119,9 +120,6 @@ def parse_distribution(text: str, field: str = "service") -> Distribution:
 
 
 def _empirical(where: str, field: str) -> Distribution:
-    from tailwise.metrics.derive import service_ns
-    from tailwise.records import read_jsonl
-
     path = Path(where)
     if path.is_dir():
         path = path / "records.jsonl"
@@ -129,7 +127,10 @@ def _empirical(where: str, field: str) -> Distribution:
         raise BadInput(field, where, "a run directory, records.jsonl or .txt of ms to resample")
     if path.suffix == ".txt":
         return _empirical_text(path, field)
-    service = service_ns(read_jsonl(path))
+    r = read_jsonl(path)
+    # ``done - sent`` of the ok rows, as metrics.derive.service_ns (L1) defines it
+    timed = (r.error == 0) & (r.done_ns >= 0) & (r.sent_ns >= 0)
+    service = r.done_ns[timed] - r.sent_ns[timed]
     service = service[service >= 0]
     if len(service) == 0:
         raise BadInput(field, where, "a run with at least one successful request")

@@ -19,9 +19,9 @@ interrupted run) stops the search with :class:`KneeAborted`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tailwise.errors import TailwiseError
 
@@ -69,6 +69,30 @@ class KneeResult:
             "slos": slos,
             "note": self.note,
         }
+
+
+class Judged(Protocol):
+    """A step of any origin (a sweep's, a calibration's): its rate and its summary."""
+
+    @property
+    def rate_rps(self) -> float: ...
+
+    @property
+    def summary(self) -> dict[str, Any]: ...
+
+
+def knee_rps(steps: Sequence[Judged]) -> float | None:
+    """The highest rate at which this step and every lower one passed (None if the first failed).
+
+    None for closed-loop steps: they have no offered rate to find a knee over."""
+    if any(s.summary.get("mode") == "closed" for s in steps):
+        return None
+    knee = None
+    for step in sorted(steps, key=lambda s: s.rate_rps):
+        if step.summary["verdict"] != "pass":
+            break
+        knee = step.rate_rps
+    return knee
 
 
 Trial = Callable[[float], Outcome]

@@ -13,7 +13,7 @@ import pytest
 
 from tailwise.errors import BadInput
 from tailwise.instrument import DEFAULT_RULES, Alert, LatencyTracker, exposition
-from tailwise.server import prom
+from tailwise.instrument import promtext as prom
 from tests.instrument.conftest import FakeClock
 
 MS = 1_000_000

@@ -238,7 +238,7 @@ def test_descriptor_table_is_grown_before_the_clock_and_nothing_stays_open() -> 
     # slot is left alone), and a limit below the ask caps it.
     code = """
 import os, resource
-from tailwise.loadgen.runner import reserve_fd_table
+from tailwise.loadgen.execute import reserve_fd_table
 def size():
     for line in open('/proc/self/status'):
         if line.startswith('FDSize:'):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailwise.loadgen.http import HttpTransport, _Conn
+from tailwise.loadgen.http import HttpTransport
+from tailwise.loadgen.http_conn import Conn
 from tailwise.loadgen.targets import parse_url
 from tailwise.records import RecordBlock, error_code
 
@@ -36,8 +37,8 @@ def _setup() -> tuple[Any, RecordBlock, list[int], HttpTransport]:
     return pool, RecordBlock(0, 8), done, t
 
 
-def _busy(pool: Any, block: RecordBlock, j: int, sent_ns: int) -> _Conn:
-    conn = _Conn(pool)
+def _busy(pool: Any, block: RecordBlock, j: int, sent_ns: int) -> Conn:
+    conn = Conn(pool)
     conn.connection_made(_Wire())
     block.sent_ns[j] = sent_ns
     conn.block, conn.j = block, j

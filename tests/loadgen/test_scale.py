@@ -26,7 +26,7 @@ import tailwise
 from tailwise.arrivals import BLOCK, parse_schedule
 from tailwise.errors import BadInput
 from tailwise.loadgen import scale_merge as merge
-from tailwise.loadgen.scale import parse_workers
+from tailwise.loadgen.prepare import parse_workers
 from tailwise.metrics.histogram import new_histogram, record_many
 from tailwise.metrics.percentiles import nearest_rank
 from tailwise.records import Records, read_jsonl

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import tailwise
-from tailwise.loadgen import http
+from tailwise.loadgen import http_stream
 from tailwise.server import spawn
 
 pytestmark = pytest.mark.reliability
@@ -131,7 +131,7 @@ def test_never_ending_stream_times_out_and_keeps_what_arrived(
 def test_a_stream_past_the_chunk_bound_is_too_large(
     bad_server: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(http, "MAX_STREAM_CHUNKS", 5000)  # the default, 2^18, takes seconds
+    monkeypatch.setattr(http_stream, "MAX_STREAM_CHUNKS", 5000)  # the default, 2^18, takes seconds
     url = bad_server("endless-sse", "--every", "0")
     res = tailwise.run(
         url, api="openai-chat", model="m", rate="5/s", requests=3, timeout="20s", out=str(tmp_path)
@@ -199,5 +199,5 @@ def test_a_5_mib_stream_event_is_too_large(bad_server: Callable[..., str], tmp_p
     assert s["requests"]["errors"] == {"too_large": 2}
     rows = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     held = np.array([row["bytes_in"] for row in rows])
-    assert (held > http.MAX_EVENT_BYTES).all() and (held < 5 * MIB).all()  # stopped early
+    assert (held > http_stream.MAX_EVENT_BYTES).all() and (held < 5 * MIB).all()  # stopped early
     assert peak_mib < 200

@@ -15,7 +15,7 @@ from tailwise.cli import main
 from tailwise.loadgen.runner import RunOptions, run
 from tailwise.loadgen.sweep import Sweep
 from tailwise.report import html
-from tailwise.report.render import render_directory
+from tailwise.report.render import render_directory, sweep_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -93,7 +93,7 @@ def test_sweep_report_and_the_report_command(
     sweep = Sweep(opts, tmp_path)
     sweep.run_rates([50.0, 300.0])
     sweep.write()
-    assert sweep.write_report() == str(tmp_path / "report.html")
+    assert sweep_report(tmp_path) == str(tmp_path / "report.html")
     for name in ("throughput_goodput.png", "latency_vs_load.png"):
         assert_png(tmp_path / name)
     (tmp_path / "report.html").unlink()

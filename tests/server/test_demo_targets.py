@@ -26,8 +26,10 @@ from typing import Any
 import pytest
 
 import tailwise
-from tailwise.server import prom, spawn_demo
-from tailwise.server.engine import ABORTED, FINISHED, Engine, EngineConfig, QueueFull
+from tailwise.instrument import promtext as prom
+from tailwise.laws.llm import EngineConfig
+from tailwise.server import spawn_demo
+from tailwise.server.engine import ABORTED, FINISHED, Engine, QueueFull
 from tailwise.server.llm_app import WORDS
 
 Demo = Callable[..., str]

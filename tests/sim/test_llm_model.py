@@ -14,17 +14,11 @@ import pytest
 
 from tailwise.capacity import llm_idle_ttft_s, llm_saturated_rps, llm_saturated_rps_upper
 from tailwise.errors import BadInput
+from tailwise.laws.llm import EngineConfig
 from tailwise.server import engine as engine_mod
-from tailwise.server.engine import ABORTED, FINISHED, Engine, EngineConfig, QueueFull
-from tailwise.sim.llm import (
-    LlmModel,
-    LlmResult,
-    LlmSpec,
-    _simulate,
-    llm_spec,
-    simulate_llm,
-    token_counts,
-)
+from tailwise.server.engine import ABORTED, FINISHED, Engine, QueueFull
+from tailwise.sim.llm import LlmResult, LlmSpec, _simulate, simulate_llm
+from tailwise.sim.llm_scenario import LlmModel, llm_spec, token_counts
 
 MS = 1_000_000
 S = 1_000_000_000

@@ -12,8 +12,8 @@ import pytest
 
 from tailwise.capacity import llm_saturated_rps, llm_saturated_rps_upper
 from tailwise.errors import BadInput
+from tailwise.laws.llm import EngineConfig
 from tailwise.metrics.derive import tpot_ns, ttft_ns
-from tailwise.server.engine import EngineConfig
 from tailwise.sim.llm import LlmSpec, simulate_llm
 from tailwise.sim.run import SERVICE_SEED_OFFSET, simulate
 from tailwise.sim.scenario import parse_scenario

@@ -18,7 +18,7 @@ from tailwise.records import ERROR_KINDS, error_code
 from tailwise.sim.fast import fcfs_one_server
 from tailwise.sim.run import simulate
 from tailwise.sim.scenario import parse_scenario
-from tailwise.sim.system import CANCELLED, OK, REJECTED
+from tailwise.sim.system_spec import CANCELLED, OK, REJECTED
 from tests.sim import CI, WIDEN, assert_covers, check_summary, ci, run
 
 MS = 1_000_000

@@ -20,7 +20,8 @@ from tailwise.errors import BadInput
 from tailwise.sim.fast import fcfs_one_server, fcfs_servers, jsq_kernel, jsq_python
 from tailwise.sim.run import fast_path_applies, run_fast, simulate
 from tailwise.sim.scenario import parse_scenario
-from tailwise.sim.system import OK, System, SystemSpec
+from tailwise.sim.system import System
+from tailwise.sim.system_spec import OK, SystemSpec
 from tests.clirun import run_cli as _cli
 from tests.sim import assert_covers, check_summary, poisson_arrivals, run
 

@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from tailwise.version import __version__
 from tailwise.calibrate.fit import METRICS, Goodness, goodness
 from tailwise.calibrate.generic import SHAPES, Fit, fit_batching, fit_http
 from tailwise.calibrate.llm import fit_llm
 from tailwise.calibrate.steps import Step, load_steps
 from tailwise.errors import BadInput
-from tailwise.loadgen.sweep import knee_rps
-from tailwise.plan import Plan
+from tailwise.knee import knee_rps
+from tailwise.plan.schema import Plan
+from tailwise.version import __version__
 
 SERVICE_CHOICES = ("auto", *SHAPES)
 

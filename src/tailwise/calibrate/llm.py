@@ -1,7 +1,8 @@
 """Fitting an LLM endpoint's step law from TTFT and TPOT against load.
 
 The model is the demo engine's (``tailwise serve-demo --kind llm``, vLLM's
-shape): continuous batching where a step costs
+shape; its law is :mod:`tailwise.laws.llm`): continuous batching where a step
+costs
 
     a + b x (prompt tokens prefilled in it) + c x (sequences decoding in it)
 
@@ -32,6 +33,7 @@ import numpy as np
 from tailwise.calibrate.fit import calm_steps, refine, token_form
 from tailwise.calibrate.generic import Fit
 from tailwise.calibrate.steps import Step
+from tailwise.laws.llm import step_cost
 
 UNBOUNDED_SEQS = 1024  # when no step saturated: no slot limit is in evidence
 
@@ -75,7 +77,8 @@ def _decode(
     a_ms, c_ms = a0_ms, 0.0
     for _ in range(5):
         xs = [n for _, n, _, _ in points]
-        ys = [tpot * (1 - x * (a_ms + b_ms * p) / 1e3) for x, _, tpot, p in points]
+        # u = throughput x the cost of a prefill step (p prompt tokens, no decodes)
+        ys = [tpot * (1 - x * step_cost(a_ms, b_ms, c_ms, p, 0) / 1e3) for x, _, tpot, p in points]
         if len(points) >= 2 and max(xs) > min(xs):
             c_ms, a_ms = (float(v) for v in np.polyfit(xs, ys, 1))
         else:
@@ -83,7 +86,7 @@ def _decode(
     return max(a_ms, 0.01), max(c_ms, 0.0)
 
 
-def _slots(steps: list[Step], a_ms: float, b_ms: float) -> tuple[int, list[str]]:
+def _slots(steps: list[Step], a_ms: float, b_ms: float, c_ms: float) -> tuple[int, list[str]]:
     """max_num_seqs from the saturated steps' running batch."""
     sat = [s for s in steps if s.saturated]
     if not sat:
@@ -91,7 +94,7 @@ def _slots(steps: list[Step], a_ms: float, b_ms: float) -> tuple[int, list[str]]
         return UNBOUNDED_SEQS, [note]
     best = 0.0
     for x, n, _, p in _decode_points(sat):
-        best = max(best, n + x * (a_ms + b_ms * p) / 1e3)
+        best = max(best, n + x * step_cost(a_ms, b_ms, c_ms, p, 0) / 1e3)
     return max(1, round(best)), []
 
 
@@ -120,7 +123,7 @@ def fit_llm(steps: list[Step], on_step: Callable[[int, float], None] | None = No
     intercept_ms, b_ms, notes = _prefill(low)
     points = _decode_points(calm_steps(steps))
     a_ms, c_ms = _decode(points, b_ms, points[0][2] if points else 1.0)
-    slots, more = _slots(steps, a_ms, b_ms)
+    slots, more = _slots(steps, a_ms, b_ms, c_ms)
     notes += more
     start = {
         "base_ms": a_ms,

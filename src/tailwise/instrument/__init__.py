@@ -10,6 +10,7 @@
     └── burn        BurnRateMonitor: multi-window, multi-burn-rate error-budget alerts
     asgi            LatencyMiddleware: per-route latency, in flight, Little's law, first chunk
     prometheus      text exposition, /metrics ASGI app, prometheus_client collector, push
+    └── promtext    the Prometheus text format itself (the demo targets write it too)
     otel            spans per scope and metrics (extra ``otel``, imported on use)
 
 Nothing here starts a thread or touches global state at import.

@@ -18,16 +18,14 @@ time outside every top-level stage, measured per request.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tailwise.capacity import amdahl_speedup
 from tailwise.errors import BadInput
 from tailwise.instrument.stages import UNATTRIBUTED
 from tailwise.instrument.stats import WindowStats
-
-if TYPE_CHECKING:
-    from tailwise.instrument.tracker import Duration, LatencyTracker
 
 TOTAL = "total"  # the budgets key for the whole request
 
@@ -75,17 +73,24 @@ class BudgetReport:
 
 
 def budget_report(
-    tracker: LatencyTracker, k: float, percentile: float, window: Duration | None
+    tracker: str,
+    total: WindowStats,
+    stages: Mapping[str, WindowStats],
+    budgets: Mapping[str, int],
+    k: float,
+    percentile: float,
 ) -> BudgetReport:
+    """One tracker's table from its window's stats: the requests, the stages by path.
+
+    ``stages`` is in first-seen order; ``budgets`` are ns by stage path (``"total"``
+    for the whole request).
+    """
     if not (k > 0 and math.isfinite(k)):
         raise BadInput("speedup", k, "a finite factor > 0, e.g. 2")
     if not 0 < percentile <= 100:
         raise BadInput("percentile", percentile, "a percentile in (0, 100], e.g. 99")
-    total = tracker.stats(window)
-    stages = {p: tracker.stage_stats(p, window) for p in tracker.stage_paths}
     top = [p for p in stages if "/" not in p]
     total_ns = total.sum_ns or sum(stages[p].sum_ns for p in top)
-    budgets = tracker.budgets_ns
     total_budget = budgets.get(TOTAL) or sum(budgets.get(p, 0) for p in top if p != UNATTRIBUTED)
     rows = [_row("request", 0, total, total_ns, total_budget or None, percentile, None)]
     for path in _tree_order(list(stages)):
@@ -94,7 +99,7 @@ def budget_report(
         rows.append(
             _row(path, depth, stages[path], total_ns, budgets.get(path), percentile, amdahl_k)
         )
-    return BudgetReport(tracker.name, percentile, k, total.duration_s, rows)
+    return BudgetReport(tracker, percentile, k, total.duration_s, rows)
 
 
 def _tree_order(paths: list[str]) -> list[str]:

@@ -26,10 +26,10 @@ from typing import Any
 from tailwise.errors import MissingExtra
 from tailwise.instrument.asgi import LatencyMiddleware, Receive, Send
 from tailwise.instrument.burn import BurnRateMonitor
+from tailwise.instrument.promtext import CONTENT_TYPE, Exposition, Labels
 from tailwise.instrument.stats import WindowStats, evaluate
 from tailwise.instrument.tracker import LatencyTracker
 from tailwise.instrument.window import Lifetime
-from tailwise.server.prom import CONTENT_TYPE, Exposition, Labels
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 Source = LatencyTracker | LatencyMiddleware | BurnRateMonitor

@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
-
-if TYPE_CHECKING:
-    from tailwise.instrument.tracker import LatencyTracker
+from typing import Any, Protocol, TypeVar, cast
 
 F = TypeVar("F", bound=Callable[..., Any])
 REQUEST = "request"
@@ -47,12 +44,32 @@ class SpanHook(Protocol):
         """Called on exit, after the clock stopped and the duration was recorded."""
 
 
+class Recorder(Protocol):
+    """What a scope needs from its tracker (:class:`~tailwise.instrument.tracker.LatencyTracker`).
+
+    Owned here, by the consumer, so that this module never imports the tracker.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def hooks(self) -> Sequence[SpanHook]: ...
+
+    @property
+    def clock(self) -> Callable[[], int]: ...
+
+    def record(self, latency_ns: int, ok: bool = True) -> None: ...
+
+    def record_stage(self, path: str, latency_ns: int, ok: bool = True) -> None: ...
+
+
 class Frame:
     """The open scope; ``child_ns`` sums the top-level stages that finished inside it."""
 
     __slots__ = ("child_ns", "kind", "path", "tracker")
 
-    def __init__(self, tracker: LatencyTracker, kind: str, path: str) -> None:
+    def __init__(self, tracker: Recorder, kind: str, path: str) -> None:
         self.tracker, self.kind, self.path = tracker, kind, path  # path "" for a request
         self.child_ns = -1  # -1: no stage ran inside
 
@@ -60,7 +77,7 @@ class Frame:
 CURRENT: ContextVar[Frame | None] = ContextVar("tailwise_instrument_scope", default=None)
 
 
-def path_of(tracker: LatencyTracker, kind: str, name: str, parent: Frame | None) -> str:
+def path_of(tracker: Recorder, kind: str, name: str, parent: Frame | None) -> str:
     """A request is ""; a stage is its name, under its parent stage of the same tracker."""
     if kind == REQUEST:
         return ""
@@ -95,7 +112,7 @@ class Scope:
         "tracker",
     )
 
-    def __init__(self, tracker: LatencyTracker, kind: str, name: str) -> None:
+    def __init__(self, tracker: Recorder, kind: str, name: str) -> None:
         self.tracker, self.kind, self.name = tracker, kind, name
         self.path = ""
         self.ok = True

@@ -21,18 +21,16 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tailwise.clock import now_ns
 from tailwise.errors import BadInput
+from tailwise.instrument.budget import BudgetReport, budget_report
+from tailwise.instrument.burn import DEFAULT_RULES, Alert, BurnRateMonitor, BurnRule
 from tailwise.instrument.stages import REQUEST, STAGE, Scope, SpanHook
 from tailwise.instrument.stats import WindowStats, deadlines_of, evaluate, parse_slos
 from tailwise.instrument.window import Clock, Lifetime, Series
 from tailwise.units import parse_duration_ns
-
-if TYPE_CHECKING:
-    from tailwise.instrument.budget import BudgetReport
-    from tailwise.instrument.burn import Alert, BurnRateMonitor, BurnRule
 
 # Prometheus histogram bounds (seconds): 1 ms to 60 s, roughly 1-2.5-5 per decade.
 DEFAULT_LE_S = (
@@ -162,9 +160,9 @@ class LatencyTracker:
         self, speedup: float = 2.0, percentile: float = 99.0, window: Duration | None = None
     ) -> BudgetReport:
         """Per-stage p50/p99, share of the request time, budget vs. actual, Amdahl ceilings."""
-        from tailwise.instrument.budget import budget_report
-
-        return budget_report(self, speedup, percentile, window)
+        total = self.stats(window)
+        stages = {p: self.stage_stats(p, window) for p in self.stage_paths}
+        return budget_report(self.name, total, stages, self.budgets_ns, speedup, percentile)
 
     def burn_monitor(
         self,
@@ -175,8 +173,6 @@ class LatencyTracker:
         on_alert: Any = None,
     ) -> BurnRateMonitor:
         """Attach a multi-window burn-rate monitor for ``slo`` (see :mod:`.burn`)."""
-        from tailwise.instrument.burn import DEFAULT_RULES, BurnRateMonitor
-
         monitor = BurnRateMonitor(slo, rules or DEFAULT_RULES, scale=scale, on_alert=on_alert)
         monitor.attach(self._main, self.clock)
         self.monitors.append(monitor)

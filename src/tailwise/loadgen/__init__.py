@@ -1,6 +1,10 @@
-"""Open-loop load generation: targets -> attack (pacer + engine) -> transport -> results.
+"""Open-loop load generation, as a pipeline a reader can follow downward.
 
-File names follow the pipeline (after vegeta's ``lib/``): ``targets`` builds the
-requests, ``attack`` paces them on the intended schedule, ``transport`` sends
-them, ``results`` writes records, ``runner`` ties a run together.
+A run: ``runner`` (chooses) -> ``prepare`` (options -> a validated plan) ->
+``execute`` (one process: ``attack``'s pacer and engine over ``transport`` /
+``http``, ``results`` streaming records to ``writer``) or ``scale`` (the same
+engine in worker processes, ``scale_worker``, or Ray actors, ``ray_workers``,
+merged by ``scale_merge``) -> ``conclude`` (summary, verdict, files). ``sweep``
+runs one such run per offered rate. File names follow the pipeline (after
+vegeta's ``lib/``); docs/architecture.md draws the whole house.
 """

@@ -31,152 +31,24 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import httptools
-
 from tailwise.clock import now_ns
 from tailwise.errors import error_kind
-from tailwise.loadgen.llm_stream import MALFORMED, classify
+from tailwise.loadgen.http_conn import CONNECT, TIMEOUT, Conn
+from tailwise.loadgen.http_stream import StreamConn
 from tailwise.loadgen.openai import TokenCounter
-from tailwise.loadgen.sse import SSEParser
 from tailwise.loadgen.targets import Target
 from tailwise.loadgen.transport import OnDone
 from tailwise.records import RecordBlock, error_code
 
-_OK, _4XX, _5XX = error_code(""), error_code("http_4xx"), error_code("http_5xx")
-_RESET, _PROTOCOL, _TIMEOUT = error_code("reset"), error_code("protocol"), error_code("timeout")
-_CONNECT = error_code("connect")
 SWEEP_S = 0.01
 MAX_CONNECTING = 32  # connection attempts in progress per target; more only feeds a storm
-
-
-def _ends_at_close(head: bytes | None) -> bool:
-    """Whether a response whose first chunk is ``head`` has a body delimited by the close.
-
-    Looked at only when a connection closes mid-response (rare), so the common path
-    pays nothing for it: no header callbacks. A response with a Content-Length or a
-    chunked encoding that ends early is truncated, not complete.
-    """
-    if head is None:
-        return False
-    end = head.find(b"\r\n\r\n")
-    if end < 0:
-        return False  # headers never completed: truncated
-    headers = head[:end].lower()
-    return b"\ncontent-length:" not in headers and b"\ntransfer-encoding:" not in headers
 
 
 def _noop_done(block: RecordBlock, j: int) -> None:
     raise RuntimeError("transport used before start()")
 
 
-class _Conn(asyncio.Protocol):
-    """One keep-alive connection; carries at most one request at a time (no pipelining)."""
-
-    __slots__ = (
-        "block",
-        "closed",
-        "first",
-        "head",
-        "j",
-        "nbytes",
-        "parser",
-        "pool",
-        "t_last",
-        "transport",
-    )
-
-    def __init__(self, pool: _Pool) -> None:
-        self.pool = pool
-        self.transport: Any = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.block: RecordBlock | None = None
-        self.j = 0
-        self.first = True
-        self.nbytes = 0
-        self.closed = False
-        self.t_last = 0  # run-relative ns of the latest chunk
-        self.head: bytes | None = None  # first chunk of the current response (see connection_lost)
-
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        block = self.block
-        if block is None:  # bytes nobody asked for: the connection can't be trusted
-            self.transport.abort()
-            return
-        t = now_ns() - self.pool.t0
-        self.t_last = t
-        if self.first:
-            self.first = False
-            block.first_byte_ns[self.j] = t
-        if self.head is None:
-            self.head = data
-        self.nbytes += len(data)
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            self.fail(_PROTOCOL)
-            self.transport.abort()
-
-    def on_message_complete(self) -> None:
-        block = self.block
-        if block is None:
-            return
-        j = self.j
-        parser = self.parser
-        status = parser.get_status_code()
-        if 100 <= status < 200 and status != 101:
-            self.head = None  # an interim response; the final one follows on this connection
-            return
-        block.done_ns[j] = self.t_last
-        block.status[j] = status
-        if status >= 400:
-            block.error[j] = _5XX if status >= 500 else _4XX
-        block.bytes_in[j] = self.nbytes
-        self.block = None
-        keep = parser.should_keep_alive()
-        pool = self.pool
-        pool.on_done(block, j)
-        if keep and not self.closed:
-            if pool.waiting:
-                pool.start_waiting(self)
-            else:
-                pool.idle.append(self)
-        else:
-            self.transport.close()
-
-    def fail(self, code: int) -> None:
-        block = self.block
-        if block is None:
-            return
-        self.block = None
-        block.done_ns[self.j] = now_ns() - self.pool.t0
-        block.error[self.j] = code
-        block.bytes_in[self.j] = self.nbytes
-        self.pool.on_done(block, self.j)
-
-    def reset_stream(self) -> None:
-        """Only stream connections keep per-response stream state."""
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        block = self.block
-        if block is not None and exc is None and _ends_at_close(self.head):
-            # HTTP/1.1 allows a body that ends when the server closes: complete it.
-            status = self.parser.get_status_code()
-            self.block = None
-            block.done_ns[self.j] = now_ns() - self.pool.t0
-            block.status[self.j] = status
-            if status >= 400:
-                block.error[self.j] = _5XX if status >= 500 else _4XX
-            block.bytes_in[self.j] = self.nbytes
-            self.pool.on_done(block, self.j)
-        self.fail(_RESET)
-        self.pool.discard(self)
-
-
-class _Pool:
+class Pool:
     """Connections to one target: idle stack, requests waiting for a new connection."""
 
     def __init__(self, owner: HttpTransport, target: Target, payloads: list[bytes]) -> None:
@@ -184,8 +56,8 @@ class _Pool:
         self.target = target
         self.address = target.host  # replaced by a resolved IP literal in resolve()
         self.payloads = payloads
-        self.idle: list[_Conn] = []
-        self.all: set[_Conn] = set()
+        self.idle: list[Conn] = []
+        self.all: set[Conn] = set()
         self.waiting: deque[tuple[RecordBlock, int]] = deque()
         self.connecting = 0
         self.t0 = 0
@@ -193,7 +65,7 @@ class _Pool:
         self.next_scan_ns = 0  # run-relative: when sweep() next looks at every connection
         self.on_done: OnDone = _noop_done
         self.streaming = owner.streaming
-        self.conn_class: type[_Conn] = _StreamConn if owner.streaming else _Conn
+        self.conn_class: type[Conn] = StreamConn if owner.streaming else Conn
 
     def dispatch(self, block: RecordBlock, j: int) -> None:
         """Send request ``(block, j)``: on an idle connection now, else when one opens."""
@@ -217,7 +89,7 @@ class _Pool:
         self.waiting.append((block, j))
         self._grow()
 
-    def start_waiting(self, conn: _Conn) -> None:
+    def start_waiting(self, conn: Conn) -> None:
         self.idle.append(conn)
         block, j = self.waiting.popleft()
         self.dispatch(block, j)
@@ -267,7 +139,7 @@ class _Pool:
             self.connecting -= 1
             # A connect timeout is a connect failure, not a request timeout.
             self._fail_one_waiting(
-                _CONNECT if isinstance(exc, TimeoutError) else error_code(error_kind(exc))
+                CONNECT if isinstance(exc, TimeoutError) else error_code(error_kind(exc))
             )
             return
         self.connecting -= 1
@@ -275,7 +147,7 @@ class _Pool:
             conn.transport.abort()
             return
         if conn.closed:  # accepted, then closed before any request: unusable
-            self._fail_one_waiting(_CONNECT)
+            self._fail_one_waiting(CONNECT)
             return
         self.all.add(conn)
         if self.waiting:
@@ -293,7 +165,7 @@ class _Pool:
             self.on_done(block, j)
             self._grow()
 
-    def discard(self, conn: _Conn) -> None:
+    def discard(self, conn: Conn) -> None:
         self.all.discard(conn)
         if conn in self.idle:
             self.idle.remove(conn)
@@ -324,7 +196,7 @@ class _Pool:
         while waiting and waiting[0][0].sent_ns[waiting[0][1]] + timeout <= now_rel_ns:
             block, j = waiting.popleft()
             block.done_ns[j] = now_rel_ns
-            block.error[j] = _TIMEOUT
+            block.error[j] = TIMEOUT
             self.on_done(block, j)
         if now_rel_ns < self.next_scan_ns:
             return
@@ -337,7 +209,7 @@ class _Pool:
                 continue
             deadline = busy.sent_ns[conn.j] + timeout
             if deadline <= now_rel_ns:
-                conn.fail(_TIMEOUT)
+                conn.fail(TIMEOUT)
                 conn.transport.abort()
             elif deadline < earliest:
                 earliest = deadline
@@ -370,7 +242,7 @@ class HttpTransport:
         self._insecure = insecure
         self._ssl: ssl.SSLContext | None = None
         self._preconnect = preconnect
-        self._pools = [_Pool(self, t, p) for t, p in zip(targets, payloads, strict=True)]
+        self._pools = [Pool(self, t, p) for t, p in zip(targets, payloads, strict=True)]
         self._rr = 0
         self._sweeper: asyncio.TimerHandle | None = None
         self._t0 = 0
@@ -438,113 +310,3 @@ class HttpTransport:
             self._sweeper.cancel()
         self.abort_all("cancelled")
         await asyncio.sleep(0)
-
-
-_TRUNCATED, _STREAM_ERROR, _MALFORMED, _TOO_LARGE = (
-    error_code("truncated"),
-    error_code("stream_error"),
-    error_code("malformed_chunk"),
-    error_code("too_large"),
-)
-# Bounds on what one stream may hold in memory. A plain response is never buffered
-# (only its length is counted), but a stream keeps its unfinished event and one
-# arrival time per content chunk. An event over 4 MiB, or over 2^18 content chunks
-# (far above any max_tokens served today), fails the request as ``too_large``
-# instead of growing without bound until the timeout.
-MAX_EVENT_BYTES = 4 << 20
-MAX_STREAM_CHUNKS = 1 << 18
-
-
-class _StreamConn(_Conn):
-    """A connection whose responses are LLM token streams (Server-Sent Events).
-
-    Every content chunk's arrival time is the arrival of the read that carried
-    it (``t_last``): chunks that arrive together share a time, as they did on
-    the wire. A stream that ends without ``[DONE]`` or a finish reason is
-    ``truncated``; an error event is ``stream_error``; unparsable data is
-    ``malformed_chunk``; a stream over the memory bounds above is ``too_large``
-    (the connection is dropped). Partial data (first token, chunk times) is kept.
-    """
-
-    __slots__ = (
-        "chunks",
-        "finished",
-        "prompt_tokens",
-        "sse",
-        "stream_err",
-        "text",
-        "usage_tokens",
-    )
-
-    def __init__(self, pool: _Pool) -> None:
-        super().__init__(pool)
-        self.reset_stream()
-
-    def reset_stream(self) -> None:
-        self.sse = SSEParser()
-        self.chunks: list[int] = []
-        self.finished = False
-        self.stream_err = 0
-        self.usage_tokens: int | None = None
-        self.prompt_tokens: int | None = None
-        self.text: list[str] = []  # kept only when tokens are counted locally
-
-    def on_body(self, body: bytes) -> None:
-        block = self.block
-        if block is None or self.parser.get_status_code() >= 300:
-            return
-        for etype, data in self.sse.feed(body):
-            c = classify(data, etype)
-            if c.text:
-                if not self.chunks:
-                    block.first_token_ns[self.j] = self.t_last
-                self.chunks.append(self.t_last)
-                if self.pool.owner.counter is not None:
-                    self.text.append(c.text)
-            if c.done or c.finish_reason:
-                self.finished = True
-            if c.completion_tokens is not None:
-                self.usage_tokens = c.completion_tokens
-            if c.prompt_tokens is not None:
-                self.prompt_tokens = c.prompt_tokens
-            if c.error is not None and not self.stream_err:
-                self.stream_err = _MALFORMED if c.error == MALFORMED else _STREAM_ERROR
-        # Checked once per read, not per event: the bounds only need to hold roughly.
-        if self.sse.pending_bytes > MAX_EVENT_BYTES or len(self.chunks) > MAX_STREAM_CHUNKS:
-            self.fail(_TOO_LARGE)
-            self.transport.abort()
-
-    def _keep(self, block: RecordBlock, j: int) -> None:
-        owner = self.pool.owner
-        if self.chunks:
-            block.chunk_times[j] = self.chunks
-        if self.usage_tokens is not None:
-            block.output_tokens[j] = self.usage_tokens
-            owner.usage_rows += 1
-        elif owner.counter is not None:  # once per request, not per token
-            block.output_tokens[j] = owner.counter.count("".join(self.text))
-            owner.tokenizer_rows += 1
-        elif self.chunks:
-            block.output_tokens[j] = len(self.chunks)  # no usage: one token per chunk
-        if self.prompt_tokens is not None:
-            block.input_tokens[j] = self.prompt_tokens
-        elif owner.prompt_tokens:
-            block.input_tokens[j] = owner.prompt_tokens[(block.base + j) % len(owner.prompt_tokens)]
-
-    def on_message_complete(self) -> None:
-        block = self.block
-        if block is None:
-            return
-        status = self.parser.get_status_code()
-        if 200 <= status < 300:
-            self._keep(block, self.j)
-            if self.stream_err:
-                block.error[self.j] = self.stream_err
-            elif not self.finished or self.sse.close():
-                block.error[self.j] = _TRUNCATED
-        super().on_message_complete()
-
-    def fail(self, code: int) -> None:
-        if self.block is not None:
-            self._keep(self.block, self.j)
-        super().fail(code)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import signal
 import sys
@@ -47,40 +46,17 @@ import numpy as np
 
 from tailwise.errors import BadInput
 from tailwise.loadgen import scale_merge as merge
-from tailwise.loadgen.runner import (
-    WATCH_MIN_WINDOW_NS,
-    Prepared,
-    RunResult,
-    _no_interrupts,
-    loss_watch,
-    plan_window_end,
-    run_info,
-    run_json,
-    write_outputs,
-)
+from tailwise.loadgen.conclude import RunResult, no_interrupts, run_info, write_outputs
+from tailwise.loadgen.execute import WATCH_MIN_WINDOW_NS
+from tailwise.loadgen.prepare import Prepared, loss_watch, plan_window_end, run_json
 from tailwise.loadgen.scale_pool import LocalPool, Pool
 from tailwise.loadgen.scale_worker import Message, WorkerSpec
 from tailwise.metrics.summary import summarize
 from tailwise.records import Records
-from tailwise.units import parse_count
 
 PROGRESS_S = 1.0
 READY_TIMEOUT_S = 120.0  # workers import, open connections; Ray may start processes
 KILL_AFTER_S = 10.0  # past the deadline, a worker that still has not finished is killed
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def parse_workers(text: int | str | None, *, ray: bool) -> int | None:
-    """``--workers``: N, or ``auto`` (this machine's cores; with ``--ray``, the cluster's CPUs)."""
-    if text is None or str(text).strip() == "auto":
-        return None if ray or text is None else available_cores()
-    return parse_count(str(text), "--workers")
 
 
 @dataclass
@@ -415,7 +391,7 @@ def make_pool(p: Prepared, directory: Path) -> tuple[Pool, int]:
 
 
 def execute_scaled(p: Prepared, directory: Path) -> RunResult:
-    """The scaled-out counterpart of :func:`tailwise.loadgen.runner.execute`."""
+    """The scaled-out counterpart of :func:`tailwise.loadgen.execute.execute_local`."""
     try:
         pool, count = make_pool(p, directory)
     except BadInput:
@@ -434,7 +410,7 @@ def execute_scaled(p: Prepared, directory: Path) -> RunResult:
         pool.close(abort=True)
         raise
     pool.close()
-    with _no_interrupts():
+    with no_interrupts():
         return driver.conclude()
 
 

@@ -44,16 +44,10 @@ import numpy as np
 
 from tailwise.clock import now_ns
 from tailwise.loadgen.attack import Engine
+from tailwise.loadgen.conclude import token_source
+from tailwise.loadgen.execute import Outcome, http_transport, run_engine
+from tailwise.loadgen.prepare import DEFAULT_MAX_IN_FLIGHT, Prepared, fd_budget, loss_watch
 from tailwise.loadgen.results import RecordSink
-from tailwise.loadgen.runner import (
-    Outcome,
-    Prepared,
-    _fd_budget,
-    _run_engine,
-    http_transport,
-    loss_watch,
-    token_source,
-)
 from tailwise.loadgen.watch import LossWatch
 from tailwise.metrics.histogram import HIGHEST_NS, counts_indices, new_histogram
 from tailwise.records import BLOCK_SHIFT, ERROR_KINDS
@@ -61,7 +55,6 @@ from tailwise.records import BLOCK_SHIFT, ERROR_KINDS
 SNAPSHOT_S = 0.5
 INTERVAL_NS = 1_000_000_000  # histogram intervals, as in latency.hlog
 SLICE_ROWS = 1_024  # rows folded per event-loop turn (~0.1 ms: the pacer waits for it)
-DEFAULT_MAX_IN_FLIGHT = 10_000  # per process, as in a single-process run
 
 Message = tuple[str, Any]
 
@@ -100,7 +93,7 @@ def launch(spec: WorkerSpec) -> tuple[subprocess.Popen[bytes], Connection]:
 def worker_prepared(spec: WorkerSpec) -> Prepared:
     """The run as this worker runs it: its share of the plan, its cap, no progress line."""
     p = spec.prepared
-    budget = _fd_budget()  # raises this process's open-file limit, as a single run does
+    budget = fd_budget()  # raises this process's open-file limit, as a single run does
     cap = spec.max_in_flight or min(DEFAULT_MAX_IN_FLIGHT, budget)
     opts = dataclasses.replace(p.opts, progress=False, workers=None, ray=None)
     return dataclasses.replace(
@@ -213,7 +206,7 @@ def _distinct(values: np.ndarray) -> list[int]:
 
 
 class PipeHooks:
-    """The runner's :class:`~tailwise.loadgen.runner.WorkerHooks` over the driver's connection."""
+    """The runner's :class:`~tailwise.loadgen.execute.WorkerHooks` over the driver's connection."""
 
     def __init__(self, conn: Connection, spec: WorkerSpec, p: Prepared) -> None:
         self.conn = conn
@@ -337,7 +330,7 @@ def serve(conn: Connection, spec: WorkerSpec) -> None:
         return
     hooks = PipeHooks(conn, spec, p)
     try:
-        out = _run_engine(p, transport, sink, hooks)
+        out = run_engine(p, transport, sink, hooks)
     finally:
         rows_on_disk = sink.wait()
     hooks.send(("final", hooks.final(out, rows_on_disk)))

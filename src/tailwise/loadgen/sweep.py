@@ -16,15 +16,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from tailwise.version import __version__
 from tailwise.errors import BadInput
+from tailwise.knee import Outcome, knee_rps
 from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
 from tailwise.units import parse_rate_rps
+from tailwise.version import __version__
 
 SCHEMA = "tailwise.sweep/1"
 RATES_FORM = "a comma-separated list of rates such as 10,20,40 or 10/s,20/s, or auto"
@@ -83,30 +84,6 @@ def step_row(step: Step) -> dict[str, Any]:
     if s.get("tokens"):
         row["output_tps"] = s["tokens"].get("output_tps")
     return row
-
-
-class Judged(Protocol):
-    """A step of any origin (a sweep's, a calibration's): its rate and its summary."""
-
-    @property
-    def rate_rps(self) -> float: ...
-
-    @property
-    def summary(self) -> dict[str, Any]: ...
-
-
-def knee_rps(steps: Sequence[Judged]) -> float | None:
-    """The highest rate at which this step and every lower one passed (None if the first failed).
-
-    None for closed-loop steps: they have no offered rate to find a knee over."""
-    if any(s.summary.get("mode") == "closed" for s in steps):
-        return None
-    knee = None
-    for step in sorted(steps, key=lambda s: s.rate_rps):
-        if step.summary["verdict"] != "pass":
-            break
-        knee = step.rate_rps
-    return knee
 
 
 def sweep_json(steps: list[Step], target: Any, slos: list[str], note: str) -> dict[str, Any]:
@@ -209,19 +186,6 @@ class Sweep:
         (self.out_dir / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
         return doc
 
-    def write_report(self) -> str:
-        """Charts and report.html for the sweep; a hint instead when matplotlib is missing."""
-        from tailwise.errors import MissingExtra
-        from tailwise.report.render import render_directory
-
-        if not self.steps:
-            return ""
-        try:
-            render_directory(self.out_dir)
-        except MissingExtra as exc:
-            return f"no charts: {exc.expected}"
-        return str(self.out_dir / "report.html")
-
 
 def _round_rate(rate: float) -> float:
     """Three significant figures: step directories and tables stay readable."""
@@ -241,7 +205,6 @@ def knee_trial(
     near the knee that noise decides pass or fail. With ``stop_early``, a trial
     stops sending once an SLO is certainly lost (:mod:`tailwise.loadgen.watch`).
     """
-    from tailwise.knee import Outcome
     from tailwise.units import parse_duration_ns
 
     base_window_s = parse_duration_ns(base.duration or "10s", "--duration") / 1e9

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from tailwise.version import __version__
 from tailwise.metrics import derive
 from tailwise.metrics.littles import littles_law
 from tailwise.metrics.percentiles import distribution_ms, nearest_rank
 from tailwise.metrics.slo import SLO, evaluate, good_mask
 from tailwise.records import ERROR_KINDS, Records, category_of
+from tailwise.version import __version__
 
 SCHEMA = "tailwise.summary/1"
 CATEGORIES = ("ok", "failed", "timed_out", "cancelled", "not_sent")

@@ -27,15 +27,38 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httptools
 
+from tailwise.proxy.faults import Faults
 from tailwise.proxy.pipe import Pipe
 from tailwise.proxy.truth import Exchange
 
-if TYPE_CHECKING:
-    from tailwise.proxy.server import Proxy
+
+class Hub(Protocol):
+    """What a link needs from the proxy it belongs to (:class:`tailwise.proxy.server.Proxy`).
+
+    Owned here, by the consumer, so that this module never imports the server.
+    """
+
+    @property
+    def faults(self) -> Faults: ...
+
+    @property
+    def origin_ns(self) -> int: ...
+
+    def now(self) -> int:
+        """Proxy time: ns since the proxy started."""
+
+    def new_exchange(self, conn: int, t_ns: int) -> Exchange:
+        """A request that began at ``t_ns`` on connection ``conn``, its fate drawn."""
+
+    def finish(self, ex: Exchange, t_ns: int) -> None:
+        """Log a request once, when it is finished with."""
+
+    def link_closed(self, link: Link, t_ns: int) -> None:
+        """Both sides of ``link`` are closed."""
 
 
 class _RequestEvents:
@@ -80,7 +103,7 @@ class _ResponseEvents:
 class Link:
     """A client connection and its connection to the target."""
 
-    def __init__(self, proxy: Proxy, conn_id: int, client: Any) -> None:
+    def __init__(self, proxy: Hub, conn_id: int, client: Any) -> None:
         self.proxy = proxy
         self.id = conn_id
         self.client = client

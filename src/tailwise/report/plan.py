@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tailwise.plan import Plan
+from tailwise.plan.schema import Plan
 
 
 def fmt(v: Any) -> str:

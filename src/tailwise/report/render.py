@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tailwise.errors import BadInput
+from tailwise.errors import BadInput, MissingExtra
 from tailwise.records import read_jsonl
 
 DIR_FORM = "a run directory (with summary.json) or a sweep directory (with sweep.json)"
@@ -48,3 +48,13 @@ def render_directory(directory: Path) -> list[Path]:
     out = directory / "report.html"
     out.write_text(page, encoding="utf-8")
     return [*charts, out]
+
+
+def sweep_report(directory: Path) -> str:
+    """Charts and report.html for a sweep or knee directory: its path, or a hint naming
+    the missing extra when matplotlib is not installed (the sweep itself is complete)."""
+    try:
+        render_directory(directory)
+    except MissingExtra as exc:
+        return f"no charts: {exc.expected}"
+    return str(directory / "report.html")

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tailwise.errors import BadInput, MissingExtra
-from tailwise.server import prom
+from tailwise.instrument import promtext as prom
+from tailwise.laws.llm import EngineConfig
 from tailwise.server.batcher import BatchConfig, Batcher, BatchQueueFull
-from tailwise.server.engine import STEP_BUCKETS_S, Engine, EngineConfig, QueueFull
+from tailwise.server.engine import STEP_BUCKETS_S, Engine, QueueFull
 from tailwise.server.law import Law, QueueLab
 from tailwise.server.llm_app import (
     EngineResponse,

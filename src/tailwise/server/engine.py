@@ -1,6 +1,7 @@
 """The demo LLM engine: iteration-level (continuous) batching on a cost model, in real time.
 
 One loop runs steps back to back while there is work. A step's duration is
+the law of :mod:`tailwise.laws.llm` (shared with the simulator and calibrate),
 
     step_s = base_s + prefill_s_per_token * prefill_tokens_in_step
                     + decode_s_per_seq * decoding_sequences_in_step
@@ -32,6 +33,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from tailwise.laws.llm import EngineConfig, prefill_chunks
 from tailwise.server import Background
 
 FINISHED = -1  # event pushed after the last token
@@ -40,26 +42,6 @@ ABORTED = -2  # event pushed when the sequence was dropped (timeout, shutdown)
 
 class QueueFull(Exception):
     """The waiting queue is at ``max_waiting``: answer 429."""
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    base_s: float = 0.004
-    prefill_s_per_token: float = 0.00002
-    decode_s_per_seq: float = 0.0003
-    max_num_seqs: int = 32
-    kv_cache_tokens: int = 131_072
-    prefill_chunk_tokens: int = 0  # 0: whole-prompt prefill steps (no chunking)
-    max_waiting: int = 128
-    max_model_len: int = 4096
-    request_timeout_s: float = 60.0
-
-    def step_s(self, prefill_tokens: int, decoding: int) -> float:
-        return (
-            self.base_s
-            + self.prefill_s_per_token * prefill_tokens
-            + self.decode_s_per_seq * decoding
-        )
 
 
 @dataclass(eq=False)
@@ -118,17 +100,7 @@ class Engine(Background):
 
     def check(self, prompt_tokens: int, max_tokens: int) -> str:
         """Why this request can never run ('' when it can): answered with 400."""
-        cfg = self.config
-        context = prompt_tokens + max_tokens
-        if context > cfg.max_model_len:
-            return (
-                f"This model's maximum context length is {cfg.max_model_len} tokens; "
-                f"the request needs {context} ({prompt_tokens} in the prompt, "
-                f"{max_tokens} to generate)"
-            )
-        if context > cfg.kv_cache_tokens:
-            return f"request needs {context} KV-cache tokens; the cache holds {cfg.kv_cache_tokens}"
-        return ""
+        return self.config.refusal(prompt_tokens, max_tokens)
 
     def submit(self, prompt_tokens: int, max_tokens: int) -> Sequence:
         cfg = self.config
@@ -214,20 +186,14 @@ class Engine(Background):
         """This step's work: (sequence, prompt tokens) to prefill, sequences to decode."""
         pending = [s for s in self.running if s.prefilled < s.prompt_tokens]
         decoding = [s for s in self.running if s.prefilled >= s.prompt_tokens]
+        left = [s.prompt_tokens - s.prefilled for s in pending]
         budget = self.config.prefill_chunk_tokens
         if budget <= 0:
             if pending:  # a prefill-only step: decodes wait
-                return [(s, s.prompt_tokens - s.prefilled) for s in pending], []
+                return list(zip(pending, left, strict=True)), []
             return [], decoding
-        budget = max(budget - len(decoding), 0)
-        prefill: list[tuple[Sequence, int]] = []
-        for seq in pending:
-            if budget <= 0:
-                break
-            chunk = min(seq.prompt_tokens - seq.prefilled, budget)
-            prefill.append((seq, chunk))
-            budget -= chunk
-        return prefill, decoding
+        chunks = prefill_chunks(budget, len(decoding), left)
+        return list(zip(pending, chunks, strict=False)), decoding  # the first len(chunks)
 
     def _apply(
         self, prefill: list[tuple[Sequence, int]], decoding: list[Sequence], now: float

@@ -70,7 +70,7 @@ def jsq_single_servers(
     arrival's instant leave first, as there. Long runs use a Numba-compiled
     kernel when the ``fast`` extra is installed (same answers, ~20x faster).
     """
-    kernel = _jsq_compiled() if len(arrivals_ns) >= COMPILED_MIN_REQUESTS else None
+    kernel = jsq_compiled() if len(arrivals_ns) >= COMPILED_MIN_REQUESTS else None
     if kernel is not None:
         done, chosen = kernel(
             np.ascontiguousarray(arrivals_ns, np.int64),
@@ -81,7 +81,7 @@ def jsq_single_servers(
     return jsq_python(arrivals_ns, service_ns, replicas)
 
 
-def _jsq_compiled() -> Any:
+def jsq_compiled() -> Any:
     """The kernel compiled by Numba (cached on disk), or None without Numba."""
     if "jsq" not in _compiled:
         try:

@@ -26,18 +26,19 @@ from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.records import INT_COLUMNS, Records, error_code, format_rows
 from tailwise.sim.fast import fcfs_servers, jsq_single_servers, split_fcfs
-from tailwise.sim.llm import LlmResult, simulate_llm, token_counts
+from tailwise.sim.fleet import draw_work
+from tailwise.sim.llm import LlmResult, simulate_llm
+from tailwise.sim.llm_scenario import token_counts
 from tailwise.sim.scenario import Scenario, llm_system, system_spec
-from tailwise.sim.system import (
+from tailwise.sim.system import System
+from tailwise.sim.system_spec import (
     CANCELLED,
     FAILED,
     OK,
     REJECTED,
     UNAVAILABLE,
     SimResult,
-    System,
     SystemSpec,
-    draw_work,
 )
 from tailwise.units import parse_duration_ns, parse_fraction
 

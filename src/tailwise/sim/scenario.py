@@ -37,8 +37,9 @@ from tailwise.arrivals import parse_schedule
 from tailwise.distributions import Distribution, parse_distribution
 from tailwise.errors import BadInput
 from tailwise.metrics.slo import parse_slo
-from tailwise.sim.llm import LlmModel, LlmSpec, llm_spec
-from tailwise.sim.system import Autoscale, Batching, Failures, StageSpec, SystemSpec
+from tailwise.sim.llm import LlmSpec
+from tailwise.sim.llm_scenario import LlmModel, llm_spec
+from tailwise.sim.system_spec import Autoscale, Batching, Failures, StageSpec, SystemSpec
 from tailwise.units import parse_duration_ns, parse_fraction
 
 _ARRIVAL_FIELDS = {

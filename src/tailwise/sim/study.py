@@ -36,10 +36,10 @@ from typing import Any, get_args, get_origin
 import numpy as np
 from pydantic import BaseModel
 
-from tailwise.version import __version__
 from tailwise.errors import BadInput
 from tailwise.sim.run import simulate
 from tailwise.sim.scenario import Scenario, parse_scenario, system_spec
+from tailwise.version import __version__
 
 REPLICATIONS_SCHEMA = "tailwise.replications/1"
 VARY_SCHEMA = "tailwise.vary/1"

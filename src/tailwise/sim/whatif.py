@@ -24,7 +24,7 @@ from typing import Any
 from tailwise.errors import BadInput
 from tailwise.knee import KneeResult, KneeSearch
 from tailwise.metrics.slo import parse_slo
-from tailwise.plan import Plan
+from tailwise.plan.schema import Plan
 from tailwise.sim.run import sim_trial
 from tailwise.sim.scenario import Scenario, parse_scenario, system_spec
 from tailwise.sim.study import replications, with_value

@@ -1,9 +1,10 @@
 """Prometheus text exposition (format 0.0.4), dependency-free.
 
-Used by the demo targets (names prefixed ``tailwise_demo_``) and by the
-in-process instrumentation (:mod:`tailwise.instrument.prometheus`, prefix
-``tailwise_``). Samples of one family are kept together under one ``HELP``
-and ``TYPE`` however many sources add to it, as the format requires.
+An instrumentation concern, so it lives here: the in-process trackers
+(:mod:`tailwise.instrument.prometheus`, prefix ``tailwise_``) and the demo
+targets (:mod:`tailwise.server.apps`, the default prefix ``tailwise_demo_``)
+both write through it. Samples of one family are kept together under one
+``HELP`` and ``TYPE`` however many sources add to it, as the format requires.
 """
 
 from __future__ import annotations

@@ -1,0 +1,46 @@
+"""The command line: one thin function per command; all work happens in the library.
+
+One module per command group (measure, simulate, plan, calibrate, reports, proxy,
+demo), shared options in options.py, the group itself in app.py.
+
+Exit codes: 0 pass, 1 an SLO failed, 2 bad input, 3 invalid run, 4 internal error.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from tailwise.cli.app import cli
+from tailwise.errors import BadInput
+
+__all__ = ["cli", "main"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user mistakes become one line on stderr and exit code 2."""
+    try:
+        cli.main(args=argv, prog_name="tailwise", standalone_mode=False)
+    except BadInput as exc:
+        click.echo(f"tailwise: error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("tailwise: aborted", err=True)
+        sys.exit(130)
+    except click.UsageError as exc:
+        where = f"{exc.ctx.command_path}: " if exc.ctx else ""
+        click.echo(f"tailwise: error: {where}{exc.format_message()} (see --help)", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"tailwise: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except Exception:
+        # A bug, not a user mistake: show everything, with a code no verdict uses.
+        import traceback
+
+        traceback.print_exc()
+        click.echo(
+            "tailwise: internal error (exit 4); please report it with the output above", err=True
+        )
+        sys.exit(4)

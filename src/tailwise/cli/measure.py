@@ -1,0 +1,237 @@
+"""Measure a live endpoint: run, sweep and knee (one thin function each)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tailwise.cli.options import run_options
+from tailwise.errors import BadInput
+
+
+@click.command()
+@click.argument("urls", nargs=-1, required=True)
+@run_options
+def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
+    """Measure URL(s) with an open-loop load generator (several URLs: round-robin)."""
+    from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
+    from tailwise.report.text import print_summary
+
+    kw["slo"] = list(kw["slo"])
+    kw["header"] = list(kw["header"])
+    opts = RunOptions(urls=list(urls), **kw)
+    prepared = prepare(opts)
+    directory = run_directory(opts, prepared.targets[0])
+    result = execute(prepared, directory)
+    if as_json:
+        click.echo(json.dumps(result.summary, indent=2))
+    if not quiet:
+        print_summary(result.summary, str(directory), stderr=as_json)
+        if "workers" in result.summary:
+            from tailwise.loadgen.scale import workers_line
+
+            click.echo(workers_line(result.summary), err=as_json)
+    sys.exit(result.exit_code)
+
+
+def _base_options(urls: tuple[str, ...], command: str, kw: dict[str, Any]) -> Any:
+    """RunOptions shared by every step of a sweep or knee search (no --rate of their own)."""
+    from tailwise.loadgen.runner import RunOptions
+
+    if kw.pop("rate", None):
+        raise BadInput("--rate", "given", f"no --rate with {command}: it chooses the rates")
+    if command == "knee" and kw.get("stop_on_slo_loss"):
+        raise BadInput("--stop-on-slo-loss", "with knee", "--early-stop (on by default)")
+    kw["slo"] = list(kw["slo"])
+    kw["header"] = list(kw["header"])
+    kw["name"] = kw.get("name") or command
+    return RunOptions(urls=list(urls), **kw)
+
+
+def _search_dir(opts: Any) -> Any:
+    import dataclasses
+
+    from tailwise.loadgen.runner import prepare, run_directory
+
+    # Prepared once with a stand-in rate: checks every option before the first step.
+    return run_directory(opts, prepare(dataclasses.replace(opts, rate="1/s")).targets[0])
+
+
+@click.command()
+@click.argument("urls", nargs=-1, required=True)
+@click.option("--rates", help="10,20,40 (rates per second), or auto.")
+@click.option("--start", default="10/s", show_default=True, help="With --rates auto: first rate.")
+@run_options
+def sweep(
+    urls: tuple[str, ...], rates: str, start: str, as_json: bool, quiet: bool, **kw: Any
+) -> None:
+    """Run URL at each offered rate in turn (one run directory per step) and find the knee."""
+    from tailwise.loadgen.sweep import Sweep, parse_rates, parse_users
+    from tailwise.report.render import sweep_report
+    from tailwise.report.text import print_sweep
+    from tailwise.units import parse_rate_rps
+
+    levels = kw.pop("concurrency", None)
+    if bool(rates) == bool(levels):
+        raise BadInput("--rates", rates, "either --rates (open loop) or --concurrency 1,4,16")
+    users = parse_users(levels) if levels else None
+    chosen = parse_rates(rates) if rates else None
+    first = parse_rate_rps(start, "--start")
+    opts = _base_options(urls, "sweep", kw)
+    out_dir = _search_dir(opts)
+
+    def on_step(i: int, n: int, rate: float, step: Any) -> None:
+        if step is not None and not quiet:
+            r = step.summary["rates"]
+            what = f"{rate:g} users" if step.summary["mode"] == "closed" else f"{rate:g}/s"
+            click.echo(
+                f"[{i + 1}/{n}] {what}  throughput {r['throughput_rps']:.1f}/s  "
+                f"goodput {r['goodput_rps']:.1f}/s  {step.summary['verdict']}",
+                err=True,
+            )
+
+    runner = Sweep(opts, out_dir, on_step)
+    if users:
+        runner.run_users(users)
+    elif chosen is None:
+        runner.run_auto(first)
+    else:
+        runner.run_rates(chosen)
+    doc = runner.write()
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    if not quiet:
+        print_sweep(doc, stderr=as_json)
+        click.echo(f"saved     {out_dir}/sweep.json", err=as_json)
+    report = sweep_report(out_dir) if runner.steps else ""
+    if report and not quiet:
+        click.echo(f"report    {report}", err=as_json)
+    sys.exit(3 if runner.note.startswith(("stopped", "interrupted")) else 0)
+
+
+@click.command()
+@click.argument("urls", nargs=-1)
+@click.option(
+    "--sim",
+    "scenario",
+    type=click.Path(dir_okay=False),
+    help="Search a simulator scenario instead.",
+)
+@click.option("--start", default="10/s", show_default=True, help="First rate tried.")
+@click.option("--min-rate", default="0.5/s", show_default=True, help="Lowest rate tried.")
+@click.option("--max-rate", default="100000/s", show_default=True, help="Highest rate tried.")
+@click.option(
+    "--resolution", default="5%", show_default=True, help="Stop bisecting at this relative width."
+)
+@click.option(
+    "--repeats", default=1, show_default=True, type=int, help="Extra runs of the final bracket."
+)
+@click.option(
+    "--early-stop/--no-early-stop",
+    default=True,
+    show_default=True,
+    help="Stop a trial once an SLO is certainly lost.",
+)
+@click.option(
+    "--min-requests",
+    default="0",
+    show_default=True,
+    help="Stretch each trial's window to hold at least this many requests.",
+)
+@run_options
+def knee(
+    urls: tuple[str, ...],
+    scenario: str | None,
+    start: str,
+    min_rate: str,
+    max_rate: str,
+    resolution: str,
+    repeats: int,
+    min_requests: str,
+    early_stop: bool,
+    as_json: bool,
+    quiet: bool,
+    **kw: Any,
+) -> None:
+    """Find the highest offered rate at which every SLO holds (bracket, bisect, repeat)."""
+    from tailwise.knee import KneeAborted, KneeSearch
+    from tailwise.loadgen.sweep import knee_trial
+    from tailwise.units import parse_count, parse_fraction, parse_rate_rps
+
+    if not kw["slo"] and not scenario:  # a scenario may bring its own slo: list
+        raise BadInput("--slo", "nothing", "at least one SLO, e.g. --slo 'p99(latency)<=200ms'")
+    if kw.get("concurrency"):
+        raise BadInput("--concurrency", kw["concurrency"], "no closed loop in a knee search")
+    res = parse_fraction(resolution, "--resolution")
+    if not 0 < res < 1 or repeats < 0:
+        raise BadInput("--resolution", resolution, "a width between 0% and 100%, e.g. 5%")
+    lo, first, hi = (
+        parse_rate_rps(v, f)
+        for v, f in ((min_rate, "--min-rate"), (start, "--start"), (max_rate, "--max-rate"))
+    )
+    least = parse_count(min_requests, "--min-requests", minimum=0)
+    if bool(urls) == bool(scenario):
+        raise BadInput("URL", " ".join(urls) or None, "a URL to measure, or --sim SCENARIO")
+    if scenario:
+        trial, out_dir, slo_specs = _sim_knee_setup(scenario, kw, least)
+    else:
+        opts = _base_options(urls, "knee", kw)
+        out_dir = _search_dir(opts)
+        trial = knee_trial(opts, out_dir, least, stop_early=early_stop)
+        slo_specs = list(opts.slo)
+
+    def on_trial(t: Any) -> None:
+        if not quiet:
+            mark = "pass" if t.passed else "fail"
+            click.echo(f"  {t.phase:<8} {t.rate_rps:10.4g}/s  {mark}", err=True)
+
+    search = KneeSearch(trial, resolution=res, repeats=repeats, on_trial=on_trial)
+    code = 0
+    try:
+        result = search.run(first, lo, hi)
+    except KneeAborted as exc:
+        if exc.result is None:
+            click.echo(f"tailwise: knee: {exc}", err=True)
+            sys.exit(3)
+        result, code = exc.result, 3
+    doc = result.to_json(slo_specs)
+    (out_dir / "knee.json").write_text(json.dumps(doc, indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    if not quiet:
+        _print_knee(doc, str(out_dir), stderr=as_json)
+    sys.exit(code)
+
+
+def _sim_knee_setup(scenario: str, kw: dict[str, Any], least: int) -> tuple[Any, Path, list[str]]:
+    """The knee search's trial on a simulator scenario; --slo and --out apply to it."""
+    from tailwise.sim.run import sim_trial
+    from tailwise.sim.scenario import load_scenario
+
+    sc = load_scenario(scenario)
+    if kw["slo"]:  # --slo replaces the scenario's own objectives
+        sc = sc.model_copy(update={"slo": list(kw["slo"]), "attainment": kw["attainment"]})
+    elif not sc.slo:
+        raise BadInput("--slo", "nothing", "at least one SLO (here or in the scenario's slo:)")
+    if kw.get("duration"):
+        arrival = sc.arrival.model_copy(update={"duration": kw["duration"]})
+        sc = sc.model_copy(update={"arrival": arrival})
+    out_dir = Path(kw.get("out") or f"runs/knee-sim-{Path(scenario).stem}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return sim_trial(sc, out_dir, least), out_dir, list(sc.slo)
+
+
+def _print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
+    knee_rps, band = doc["knee_rps"], doc["band_rps"]
+    if knee_rps is None:
+        click.echo("knee      none found", err=stderr)
+    else:
+        where = f"  band {band[0]:.4g}-{band[1]:.4g}/s" if band else ""
+        click.echo(f"knee      {knee_rps:.4g}/s{where}  ({len(doc['trials'])} trials)", err=stderr)
+    if doc["note"]:
+        click.echo(f"note      {doc['note']}", err=stderr)
+    click.echo(f"saved     {directory}/knee.json", err=stderr)

@@ -1,0 +1,180 @@
+"""Option decorators and output helpers shared by more than one command module."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def run_options(f: F) -> F:
+    """The load-generator options of run, sweep and knee."""
+    opts = [
+        click.option("--rate", help="Offered rate, e.g. 500/s (open loop)."),
+        click.option(
+            "--arrival",
+            default="poisson",
+            show_default=True,
+            help="constant | poisson | gamma:<burstiness> | ramp:<from>-<to> | "
+            "stages:<rate>@<dur>,... | trace:<file>",
+        ),
+        click.option("--duration", help="Measurement window, e.g. 60s (default 10s)."),
+        click.option("--requests", "requests", help="Stop after this many requests."),
+        click.option(
+            "--warmup",
+            default="0s",
+            show_default=True,
+            help="Recorded and flagged but excluded from statistics.",
+        ),
+        click.option("--seed", default=0, show_default=True, type=int, help="Schedule seed."),
+        click.option(
+            "--slo",
+            multiple=True,
+            help='"latency<=200ms", "p99(latency)<=200ms", "error_rate<=1%" (repeatable).',
+        ),
+        click.option(
+            "--attainment",
+            default="99%",
+            show_default=True,
+            help="Share of requests a per-request SLO must reach.",
+        ),
+        click.option("--max-in-flight", help="Cap on outstanding requests (client queue beyond)."),
+        click.option("--concurrency", help="CLOSED-LOOP mode with N users (for comparison)."),
+        click.option("--think", default="0s", show_default=True, help="Closed-loop think time."),
+        click.option("--timeout", default="30s", show_default=True, help="Total request timeout."),
+        click.option("--connect-timeout", default="5s", show_default=True),
+        click.option(
+            "--grace",
+            default="2s",
+            show_default=True,
+            help="On Ctrl-C/SIGTERM, how long in-flight requests may finish.",
+        ),
+        click.option(
+            "--max-send-lag",
+            default="5ms",
+            show_default=True,
+            help="Send-lag p99 above this marks the run invalid (generator saturated).",
+        ),
+        click.option("-X", "--method", help="HTTP method (default GET, or POST with a body)."),
+        click.option(
+            "-H", "--header", multiple=True, help="'Name: value' (repeatable; never saved)."
+        ),
+        click.option("--body", help="Request body: a literal, or @file."),
+        click.option("--bodies", help="JSONL file: one body per line, used in turn."),
+        click.option("--out", help="Run directory (default runs/<UTC time>-<target>/)."),
+        click.option("--name", help="Name for the default run directory."),
+        click.option("--insecure", is_flag=True, help="Skip TLS certificate verification."),
+        click.option(
+            "--progress/--no-progress",
+            default=None,
+            help="Live status line (default: when stderr is a terminal).",
+        ),
+        click.option(
+            "--api",
+            type=click.Choice(["openai-chat", "openai-completions", "openai-embeddings"]),
+            help="OpenAI-compatible LLM endpoint: TTFT, ITL, TPOT, token rates.",
+        ),
+        click.option("--model", help="Model name the server serves (with --api)."),
+        click.option(
+            "--max-tokens",
+            default="128",
+            show_default=True,
+            help="Output tokens to ask for: N, uniform:A-B, normal:M,SD or lognormal:MEDIAN,SIGMA.",
+        ),
+        click.option(
+            "--input-tokens",
+            default="128",
+            show_default=True,
+            help="Synthetic prompt length in words (~tokens); the same forms.",
+        ),
+        click.option("--prompts", help="JSONL dataset: prompt, messages or ShareGPT rows."),
+        click.option(
+            "--shared-prefix",
+            default="0",
+            show_default=True,
+            help="Words every synthetic prompt starts with (prefix caching).",
+        ),
+        click.option(
+            "--tokenizer",
+            help="tokenizer.json to count tokens when the server "
+            "reports no usage (pip install 'tailwise[tokenizers]').",
+        ),
+        click.option("--api-key", help="Bearer token (default $OPENAI_API_KEY); never saved."),
+        click.option("--extra-body", help="JSON object merged into each request body."),
+        click.option(
+            "--stream/--no-stream",
+            default=True,
+            show_default=True,
+            help="Stream chat/completions responses (with --api).",
+        ),
+        click.option(
+            "--workers",
+            help="Load-generator processes sharing one arrival plan: N, or auto (one per "
+            "core; with --ray, one per CPU of the cluster). See docs/scale.md.",
+        ),
+        click.option(
+            "--ray",
+            help="Run the workers as actors on a Ray cluster: auto, local, HOST:6379 or "
+            "ray://HOST:10001 (pip install 'tailwise[ray]').",
+        ),
+        click.option(
+            "--stop-on-slo-loss",
+            is_flag=True,
+            help="Stop sending once an SLO can no longer pass (judged over all workers).",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="Print summary.json to stdout."),
+        click.option("-q", "--quiet", is_flag=True, help="No terminal summary."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+_SERVE_OPTIONS = [
+    ("--model", "tailwise-demo", "llm/embed: the served model name."),
+    ("--step-base", "4ms", "llm: fixed cost of an engine step (a)."),
+    ("--per-prefill-token", "20us", "llm: cost per prompt token prefilled in a step (b)."),
+    ("--per-seq", "300us", "llm: cost per decoding sequence in a step (c)."),
+    ("--max-num-seqs", "32", "llm: batch slots."),
+    ("--kv-cache-tokens", "131072", "llm: KV budget; admission waits when full."),
+    ("--chunked-prefill", "0", "llm: prefill token budget per step (0: off)."),
+    ("--max-waiting", "128", "llm: waiting queue bound; full -> 429."),
+    ("--max-model-len", "4096", "llm: context limit; longer -> 400."),
+    ("--request-timeout", "60s", "llm: server-side deadline per request."),
+    ("--max-batch", "32", "embed: inputs per batch."),
+    ("--max-wait", "5ms", "embed: longest wait for a batch to fill."),
+    ("--batch-base", "4ms", "embed: fixed cost of a batch (c0)."),
+    ("--per-item", "900us", "embed: cost per input in a batch (c1)."),
+    ("--max-waiting-inputs", "4096", "embed: queue bound in inputs; full -> 429."),
+    ("--dim", "16", "embed: embedding dimension."),
+    ("--workers", "4", "http: FCFS workers (0: unlimited)."),
+    ("--service", "exp:5ms", "http: service time, <duration> or exp:<duration>."),
+]
+
+
+def serve_options(f: F) -> F:
+    """serve-demo's model options, one per row of _SERVE_OPTIONS."""
+    for name, default, help_text in reversed(_SERVE_OPTIONS):
+        f = click.option(name, default=default, show_default=True, help=help_text)(f)
+    return f
+
+
+def json_flag(f: F) -> F:
+    """The --json flag of every plan command."""
+    return click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")(f)
+
+
+def emit_plan(result: Any, as_json: bool) -> None:
+    """Print a plan's result as a table, or as JSON with --json; exit 0."""
+    from tailwise.report.plan import print_plan
+
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        print_plan(result)
+    sys.exit(0)

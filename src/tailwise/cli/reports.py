@@ -1,0 +1,66 @@
+"""Work on saved runs: report, compare and export."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("-q", "--quiet", is_flag=True, help="Write the files; print nothing.")
+def report(directory: Path, quiet: bool) -> None:
+    """Re-render a run or sweep directory: terminal summary, PNG charts, report.html."""
+    from tailwise.report.render import kind_of, render_directory
+    from tailwise.report.text import print_summary, print_sweep
+
+    kind = kind_of(directory)
+    written = render_directory(directory)
+    if not quiet:
+        doc = json.loads(
+            (directory / ("sweep.json" if kind == "sweep" else "summary.json")).read_text()
+        )
+        if kind == "sweep":
+            print_sweep(doc)
+        else:
+            print_summary(doc, str(directory))
+        for path in written:
+            click.echo(f"wrote     {path}")
+
+
+@click.command()
+@click.argument("a")
+@click.argument("b")
+@click.option(
+    "--threshold",
+    default="10%",
+    show_default=True,
+    help="Relative worsening of B against A that counts as a regression.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON to stdout.")
+def compare(a: str, b: str, threshold: str, as_json: bool) -> None:
+    """Compare run B with run A (or sweep B with sweep A); exit 1 if B regressed."""
+    from tailwise.report.compare import compare_dirs, parse_threshold, print_comparison
+
+    result = compare_dirs(a, b, parse_threshold(threshold))
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    print_comparison(result, stderr=as_json)
+    sys.exit(result.exit_code)
+
+
+@click.command()
+@click.argument("directory", metavar="DIR")
+@click.option(
+    "--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True
+)
+@click.option("--out", help="Output file (default DIR/records.csv or DIR/records.parquet).")
+def export(directory: str, fmt: str, out: str | None) -> None:
+    """Write a run's records, with derived latency columns, as CSV or Parquet."""
+    from tailwise.report.export import export as export_records
+
+    path, rows = export_records(directory, fmt, out)
+    click.echo(f"wrote {rows} records to {path}", err=True)

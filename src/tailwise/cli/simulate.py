@@ -1,0 +1,106 @@
+"""Simulate a serving system from a scenario file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from tailwise.errors import BadInput
+
+
+@click.command()
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", help="Run directory (default runs/<UTC time>-sim-<name>/).")
+@click.option(
+    "--replications",
+    type=int,
+    metavar="N",
+    help="Run N >= 2 times (arrival seeds seed..seed+N-1): each metric's mean and 95% CI.",
+)
+@click.option(
+    "--vary",
+    metavar="KEY=V1,V2,...",
+    help="One run per value of a scenario field (e.g. batching.size=1,2,4,8); "
+    "a table and a p99-vs-throughput chart.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print summary.json (or the study) to stdout."
+)
+@click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+def simulate(
+    scenario: Path,
+    out: str | None,
+    replications: int | None,
+    vary: str | None,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Simulate a serving system from a YAML/TOML scenario; same summary as a measured run.
+
+    --replications and --vary (together: N runs per value) write replications.json or
+    vary.json instead of one run's records; the exit code covers every run.
+    """
+    import datetime as dt
+    import re
+
+    from tailwise.report import study as study_text
+    from tailwise.report.text import print_summary
+    from tailwise.sim import study
+    from tailwise.sim.run import simulate as run_scenario
+    from tailwise.sim.run import write_run
+    from tailwise.sim.scenario import load_scenario
+
+    if replications is not None and replications < 2:
+        raise BadInput("--replications", replications, "at least 2 (leave it out for one run)")
+    varied = study.parse_vary(vary) if vary is not None else None
+    sc = load_scenario(scenario)
+    if out:
+        directory = Path(out)
+    else:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        slug = re.sub(r"[^A-Za-z0-9.]+", "-", sc.name).strip("-") or "scenario"
+        directory = Path("runs") / f"{stamp}-sim-{slug}"
+    if replications is not None or varied is not None:
+        from tailwise.errors import MissingExtra
+        from tailwise.report.plot import vary_p99_vs_throughput
+
+        with study_text.progress_bar(sys.stderr.isatty() and not quiet) as tick:
+            if varied is not None:
+                doc = study.vary(sc, *varied, replications or 1, tick)
+            else:
+                doc = study.replications(sc, replications or 2, tick)
+        saved = directory / ("vary.json" if varied else "replications.json")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            saved.write_text(json.dumps(doc, indent=2) + "\n")
+        except OSError as exc:
+            raise BadInput(
+                "--out", str(directory), f"a writable directory ({exc.strerror})"
+            ) from None
+        lines = [f"saved     {saved}"]
+        if varied is not None:
+            try:
+                chart = vary_p99_vs_throughput(doc, directory / "vary_p99_vs_throughput.png")
+                lines.append(f"chart     {chart}")
+            except MissingExtra as exc:
+                lines.append(f"no chart: {exc.expected}")
+        if as_json:
+            click.echo(json.dumps(doc, indent=2))
+        if not quiet:
+            study_text.print_study(doc, lines, stderr=as_json)
+        sys.exit(study.exit_code(doc))
+    result = run_scenario(sc)
+    write_run(directory, result, sc)
+    if as_json:
+        click.echo(json.dumps(result.summary, indent=2))
+    if not quiet:
+        print_summary(result.summary, str(directory), stderr=as_json)
+        sim = result.summary["sim"]
+        line = f"simulated {sim['requests']} requests in {sim['wall_s']:.2f}s ({sim['engine']})"
+        if "legs" in sim:
+            line += f"; extra load {sim['legs']['extra_load']:.1%} of requests"
+        click.echo(line, err=as_json)
+    sys.exit({"pass": 0, "fail": 1, "invalid": 3}[result.summary["verdict"]])

@@ -1,0 +1,103 @@
+"""The demo LLM engine's law: its limits and what one step of continuous batching costs.
+
+A step's duration is
+
+    step = base + prefill_per_token x (prompt tokens prefilled in the step)
+                + decode_per_seq x (sequences decoding in the step)
+
+The demo server (:mod:`tailwise.server.engine`) sleeps that long per step in
+real time, the simulator (:mod:`tailwise.sim.llm`) replays the same steps in
+integer nanoseconds (:meth:`EngineConfig.step_ns`), and calibrate
+(:mod:`tailwise.calibrate.llm`) fits the three coefficients, in milliseconds,
+through :func:`step_cost`. Both engines schedule by the same rules:
+
+* a request whose context (prompt + max_tokens) exceeds ``max_model_len`` or
+  ``kv_cache_tokens`` can never run (:meth:`EngineConfig.refusal`: a 400);
+* with chunked prefill (``prefill_chunk_tokens`` Q > 0) every decoding
+  sequence takes one token of Q and what is left goes to prompt chunks, FCFS
+  (:func:`prefill_chunks`; the simulator inlines it in its per-step loop, and
+  its tests check it step for step against the demo engine).
+
+The closed forms that follow from this law (saturated throughput, idle TTFT)
+are in :mod:`tailwise.capacity`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+def step_cost(
+    base: float,
+    prefill_per_token: float,
+    decode_per_seq: float,
+    prefill_tokens: float,
+    decoding: float,
+) -> float:
+    """One step's duration, in the unit of the three coefficients (s, ms, ...)."""
+    return base + prefill_per_token * prefill_tokens + decode_per_seq * decoding
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine's step law (seconds) and limits; the defaults are ``serve-demo``'s."""
+
+    base_s: float = 0.004
+    prefill_s_per_token: float = 0.00002
+    decode_s_per_seq: float = 0.0003
+    max_num_seqs: int = 32
+    kv_cache_tokens: int = 131_072
+    prefill_chunk_tokens: int = 0  # 0: whole-prompt prefill steps (no chunking)
+    max_waiting: int = 128
+    max_model_len: int = 4096
+    request_timeout_s: float = 60.0
+
+    def step_s(self, prefill_tokens: int, decoding: int) -> float:
+        return step_cost(
+            self.base_s, self.prefill_s_per_token, self.decode_s_per_seq, prefill_tokens, decoding
+        )
+
+    def step_ns(self, prefill_tokens: int, decoding: int) -> int:
+        """:meth:`step_s` rounded to the nanosecond (the simulator's clock)."""
+        return round(self.step_s(prefill_tokens, decoding) * 1e9)
+
+    @property
+    def max_context_tokens(self) -> int:
+        """The largest prompt + max_tokens a request may have and still run."""
+        return min(self.max_model_len, self.kv_cache_tokens)
+
+    def refusal(self, prompt_tokens: int, max_tokens: int) -> str:
+        """Why a request can never run ('' when it can): answered with 400."""
+        context = prompt_tokens + max_tokens
+        if context > self.max_model_len:
+            return (
+                f"This model's maximum context length is {self.max_model_len} tokens; "
+                f"the request needs {context} ({prompt_tokens} in the prompt, "
+                f"{max_tokens} to generate)"
+            )
+        if context > self.kv_cache_tokens:
+            return (
+                f"request needs {context} KV-cache tokens; the cache holds {self.kv_cache_tokens}"
+            )
+        return ""
+
+
+def prefill_chunks(chunk_tokens: int, decoding: int, remaining: Iterable[int]) -> list[int]:
+    """A chunked-prefill step's prompt chunks, FCFS, for prompts with ``remaining`` tokens.
+
+    Each of the ``decoding`` sequences takes one token of the step's
+    ``chunk_tokens`` budget first; the rest goes to the prompts in order, the
+    last one taken possibly cut short. The list may be shorter than
+    ``remaining`` (the prompts behind wait for a later step), and is read no
+    further than needed.
+    """
+    budget = max(chunk_tokens - decoding, 0)
+    chunks: list[int] = []
+    for left in remaining:
+        if budget <= 0:
+            break
+        chunk = min(left, budget)
+        chunks.append(chunk)
+        budget -= chunk
+    return chunks

@@ -1,0 +1,155 @@
+"""Stage 3 of a run: from what happened to its summary, verdict and output files.
+
+The window is closed (at the plan's end, or where sending stopped), the
+records are gathered from the engine's blocks, summarized and judged by
+:mod:`tailwise.metrics.summary`, and ``summary.json`` and ``latency.hlog`` are
+written beside the ``records.jsonl`` and ``run.json`` the run already wrote.
+The scaled-out driver (:mod:`~tailwise.loadgen.scale`) concludes with the same
+pieces over the workers' merged records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailwise.loadgen.attack import Engine
+from tailwise.loadgen.execute import Executed, Outcome
+from tailwise.loadgen.prepare import Prepared, plan_window_end
+from tailwise.metrics import derive
+from tailwise.metrics.histogram import interval_histograms, write_hlog
+from tailwise.metrics.summary import EXIT_CODES, RunInfo, summarize
+from tailwise.records import Records
+
+
+@dataclass
+class RunResult:
+    summary: dict[str, Any]
+    records: Records
+    directory: Path
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.summary["verdict"]]
+
+
+def window_end(p: Prepared, engine: Engine) -> int:
+    n = sum(b.rows for b in engine.blocks)
+    last = max(
+        (
+            int(np.frombuffer(b.scheduled_ns, np.int64)[: b.rows].max())
+            for b in engine.blocks
+            if b.rows
+        ),
+        default=0,
+    )
+    return plan_window_end(p, n, last)
+
+
+@contextlib.contextmanager
+def no_interrupts() -> Iterator[None]:
+    """While outputs are written, Ctrl-C must not leave a half-written run behind."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
+    """Summarize and judge a single-process run; write its summary and histogram log."""
+    out, rows_on_disk = executed.outcome, executed.rows_on_disk
+    engine = out.engine
+    end_ns = window_end(p, engine)
+    if out.interrupted or out.stopped_early:
+        end_ns = min(end_ns, max(out.stopped_at_ns, p.warmup_ns + 1))
+    records = Records.from_blocks(engine.blocks, 0, (p.warmup_ns, end_ns))
+    info = run_info(
+        p,
+        (p.warmup_ns, end_ns),
+        interrupted=(out.interrupted, out.note),
+        stopped_early=out.stopped_early,
+        rows_on_disk=rows_on_disk,
+    )
+    info.extra = token_source(out) if p.streaming else {}
+    summary = summarize(records, info)
+    write_outputs(directory, records, summary, out.t0_unix_s, (p.warmup_ns, end_ns))
+    return RunResult(summary, records, directory)
+
+
+def run_info(
+    p: Prepared,
+    window_ns: tuple[int, int],
+    *,
+    interrupted: tuple[bool, str],
+    stopped_early: str,
+    rows_on_disk: int | None,
+) -> RunInfo:
+    """What the summary needs to know besides the records (one process or many).
+
+    ``interrupted`` is (whether, the note saying by what).
+    """
+    return RunInfo(
+        source="loadgen",
+        target=[t.url for t in p.targets] if len(p.targets) > 1 else p.targets[0].url,
+        mode="open" if p.concurrency is None else "closed",
+        arrival=p.schedule.describe()
+        if p.schedule
+        else {"process": "closed-loop", "think_ms": p.think_ns / 1e6},
+        window_ns=window_ns,
+        slos=p.slos,
+        max_send_lag_ns=p.max_send_lag_ns,
+        max_in_flight=p.max_in_flight if p.concurrency is None else None,
+        concurrency=p.concurrency,
+        interrupted=interrupted[0],
+        interrupt_note=interrupted[1],
+        stopped_early=stopped_early,
+        rows_on_disk=rows_on_disk,
+        llm=p.streaming,
+    )
+
+
+def token_source(out: Outcome) -> dict[str, Any]:
+    """Say how output tokens were counted: the server's usage, or one per content chunk."""
+    usage_rows = getattr(out.transport, "usage_rows", 0)
+    counted_rows = getattr(out.transport, "tokenizer_rows", 0)
+    counter = getattr(out.transport, "counter", None)
+    if usage_rows:
+        how = "server usage"
+    elif counted_rows and counter is not None:
+        how = f"tokenizer {counter.name}"
+    else:
+        how = "content chunks (approximation)"
+    return {"tokens_counted_by": how}
+
+
+def write_outputs(
+    directory: Path,
+    records: Records,
+    summary: dict[str, Any],
+    t0_unix_s: float,
+    window: tuple[int, int],
+) -> None:
+    (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    ok = records.error == 0
+    lat = derive.latency_ns(records)
+    write_hlog(
+        directory / "latency.hlog",
+        interval_histograms(records.done_ns[ok], lat[ok]),
+        t0_unix_s,
+        comments=[
+            f"[tailwise: latency from intended send time, ns; window {window[0] / 1e9:.3f}s"
+            f"-{window[1] / 1e9:.3f}s; warm-up intervals included; intervals by completion time]"
+        ],
+    )

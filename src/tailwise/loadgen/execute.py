@@ -1,0 +1,353 @@
+"""Stage 2 of a run: execute a :class:`~tailwise.loadgen.prepare.Prepared` plan in one process.
+
+The engine (:mod:`~tailwise.loadgen.attack`) paces the plan over a transport
+on its own event loop, while the records pump streams rows to the writer
+process. This module owns what surrounds it: the clock's start (or a worker's
+start barrier, through :class:`WorkerHooks`), signals (a first Ctrl-C stops
+sending and drains for ``--grace``, a second cancels what is in flight), the
+drain after sending, the SLO-loss watch of knee trials, and the safety net that
+closes every row the engine left open (invariant 2). It returns an
+:class:`Outcome`; :mod:`~tailwise.loadgen.conclude` turns that into a summary.
+
+A scaled-out worker (:mod:`~tailwise.loadgen.scale_worker`) runs this same
+code through :func:`run_engine` with its own hooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import gc
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from tailwise.arrivals import expected_count
+from tailwise.clock import now_ns
+from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
+from tailwise.loadgen.http import HttpTransport
+from tailwise.loadgen.prepare import Prepared, loss_watch, run_json
+from tailwise.loadgen.results import Progress, RecordSink, pump
+from tailwise.loadgen.spill import Spill
+from tailwise.loadgen.transport import Transport
+from tailwise.loadgen.watch import LossWatch
+from tailwise.records import error_code
+
+WATCH_INTERVAL_S = 0.25
+WATCH_MIN_WINDOW_NS = 1_000_000_000
+PRECONNECT_PER_RPS = 100
+PRECONNECT_MAX = 1024
+START_LEAD_NS = 20_000_000  # the clock starts this long after setup, so t=0 is not late
+
+
+def reserve_fd_table(fds: int) -> int:
+    """Grow this process's descriptor table to hold ``fds`` now, before the clock starts.
+
+    Linux doubles the table when a new descriptor does not fit (64, 128, ... 1024),
+    and in a process with more than one thread (NumPy's BLAS starts one) each
+    doubling waits for an RCU grace period: measured 2-14 ms blocked in the
+    ``socket()`` of a new connection at 70k req/s, while the pool grew past 512
+    and 1024 connections. A descriptor opened at ``fds - 1`` or above (the lowest
+    free one there: an open descriptor is never touched) and closed again leaves
+    the table that large for the rest of the process (it never shrinks). Returns
+    the size reserved (0 if the open-file limit refused it).
+    """
+    fds = min(fds, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    if fds <= 64:
+        return 0
+    src = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.close(fcntl.fcntl(src, fcntl.F_DUPFD_CLOEXEC, fds - 1))
+    except OSError:
+        return 0
+    finally:
+        os.close(src)
+    return fds
+
+
+def _engine(p: Prepared, transport: Transport) -> Engine:
+    if p.concurrency is not None:
+        return ClosedLoop(transport, p.concurrency, p.think_ns, p.horizon_ns, p.max_count)
+    assert p.schedule is not None
+    index, count = p.share
+    blocks = p.schedule.blocks() if count == 1 else p.schedule.share_blocks(index, count)
+    return OpenLoop(transport, blocks, p.max_in_flight)
+
+
+@dataclass
+class Outcome:
+    """How the engine's part of a run ended."""
+
+    engine: Engine
+    interrupted: bool
+    note: str
+    stopped_at_ns: int  # run-relative instant sending stopped (the signal, or the plan's end)
+    t0_unix_s: float  # wall-clock label of the run's time zero
+    transport: Transport | None = None
+    stopped_early: str = ""  # why an SLO was already lost, when the run stopped for it
+
+
+class WorkerHooks(Protocol):
+    """How one worker process of a scaled-out run joins it (see :mod:`tailwise.loadgen.scale`)."""
+
+    async def barrier(self) -> tuple[int, float]:
+        """Wait for the common start; return it as (monotonic ns here, unix seconds)."""
+        ...
+
+    async def follow(
+        self, engine: Engine, t0_ns: int, stop: asyncio.Event, interrupt: Callable[[str], None]
+    ) -> None:
+        """Report progress and obey the driver during the run; return once ``stop`` is set."""
+        ...
+
+
+def _install_signals(
+    loop: asyncio.AbstractEventLoop, on_signal: Callable[[str], None]
+) -> list[signal.Signals]:
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig.name)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (Python API in a thread): no signal handling
+    return installed
+
+
+async def _drain(
+    engine: Engine, p: Prepared, interrupted: asyncio.Event, hard_stop: asyncio.Event
+) -> None:
+    """After sending: wait for in-flight requests, at most a timeout (or a grace if interrupted)."""
+    idle = asyncio.ensure_future(engine.idle.wait())
+    hard = asyncio.ensure_future(hard_stop.wait())
+    intr = asyncio.ensure_future(interrupted.wait())
+    try:
+        if not interrupted.is_set():
+            await asyncio.wait(
+                [idle, hard, intr],
+                timeout=p.timeout_ns / 1e9 + 1.0,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        if interrupted.is_set() and not engine.idle.is_set() and not hard_stop.is_set():
+            engine.stop()
+            await asyncio.wait(
+                [idle, hard], timeout=p.grace_ns / 1e9, return_when=asyncio.FIRST_COMPLETED
+            )
+    finally:
+        for t in (idle, hard, intr):
+            t.cancel()
+
+
+async def _execute(
+    p: Prepared,
+    transport: Transport,
+    sink: RecordSink,
+    on_engine: Callable[[Engine], None] | None = None,
+    hooks: WorkerHooks | None = None,
+) -> Outcome:
+    loop = asyncio.get_running_loop()
+    engine = _engine(p, transport)
+    if on_engine:
+        on_engine(engine)
+    interrupted, hard_stop = asyncio.Event(), asyncio.Event()
+    note: list[str] = []
+    t0 = 0
+
+    def on_signal(name: str) -> None:
+        if interrupted.is_set():
+            hard_stop.set()  # a second Ctrl-C: cancel in-flight requests now
+            return
+        note.append(f"{name} after {(now_ns() - t0) / 1e9:.1f}s")
+        if not engine.finished_sending.is_set():
+            engine.stop()
+        interrupted.set()
+
+    installed = _install_signals(loop, on_signal)
+    lost: list[str] = []
+    stop_io = asyncio.Event()
+    watch = _loss_watch(p)
+    # Old blocks may leave memory only while the pump is their only reader.
+    spill = Spill(sink.path.parent) if hooks is None and watch is None else None
+    await sink.open()
+    # Each in-flight request holds a connection: room for them all, plus the idle ones.
+    reserve_fd_table(p.max_in_flight + 1024)
+    engine.prepare()
+    await transport.start(engine.on_done)
+    if hooks is None:
+        t0 = now_ns() + START_LEAD_NS
+        t0_unix = time.time() + START_LEAD_NS / 1e9
+    else:
+        t0, t0_unix = await hooks.barrier()
+    transport.set_origin(t0)
+    engine.begin(t0)
+    show = p.opts.progress if p.opts.progress is not None else sys.stderr.isatty()
+    progress = Progress(engine, (p.horizon_ns or 0) / 1e9 or None) if show else None
+    tasks = [loop.create_task(pump(engine, sink, stop_io, spill=spill, progress=progress))]
+    if hooks is not None:
+        tasks.append(loop.create_task(hooks.follow(engine, t0, stop_io, on_signal)))
+    if progress is not None:
+        tasks.append(loop.create_task(progress.run(stop_io)))
+    if watch is not None:
+
+        def on_loss(reason: str) -> None:
+            # Stop sending, but let what was sent finish (up to --timeout): most
+            # servers keep working on abandoned requests, and the next trial must
+            # not start against a backlog this one left behind.
+            lost.append(reason)
+            engine.stop()
+
+        tasks.append(loop.create_task(_watch_loop(watch, engine, t0, stop_io, on_loss)))
+    sending = asyncio.ensure_future(engine.finished_sending.wait())
+    await asyncio.wait([sending], return_when=asyncio.FIRST_COMPLETED)
+    stopped_at = now_ns() - t0
+    await _drain(engine, p, interrupted, hard_stop)
+    engine.end("not_sent:interrupted" if interrupted.is_set() else "not_sent:ended")
+    _finalize_lost(engine)  # before the last flush, so lost rows reach the file too
+    stop_io.set()
+    await asyncio.gather(*tasks)
+    await transport.close()
+    await sink.close()
+    for sig in installed:
+        loop.remove_signal_handler(sig)
+    if spill is not None:
+        spill.restore(engine.blocks)  # the summary needs every row again
+    return Outcome(
+        engine,
+        interrupted.is_set(),
+        note[0] if note else "",
+        stopped_at,
+        t0_unix,
+        transport,
+        lost[0] if lost and not note else "",
+    )
+
+
+def _loss_watch(p: Prepared) -> LossWatch | None:
+    """A watch for knee trials: open loop at a steady rate with a known window only."""
+    return loss_watch(p) if p.opts.stop_on_slo_loss and p.share[1] == 1 else None
+
+
+async def _watch_loop(
+    watch: LossWatch,
+    engine: Engine,
+    t0: int,
+    stop: asyncio.Event,
+    on_loss: Callable[[str], None],
+) -> None:
+    start, end = watch.window_ns
+    # Judge only after a second of window (or half of a shorter one): the loss may
+    # be certain sooner, but the run's own checks (send lag, Little) need samples.
+    first_ns = start + min(WATCH_MIN_WINDOW_NS, (end - start) // 2)
+    while not stop.is_set() and not engine.finished_sending.is_set():
+        await asyncio.sleep(WATCH_INTERVAL_S)
+        if now_ns() - t0 < first_ns:
+            continue
+        reason = watch.check(engine.blocks, now_ns() - t0)
+        if reason and not engine.finished_sending.is_set():
+            on_loss(reason)
+            return
+
+
+def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    try:
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return factory
+    except ImportError:
+        return asyncio.new_event_loop
+
+
+def _finalize_lost(engine: Engine) -> int:
+    """Safety net for invariant 2: a row the engine never closed is reported as ``lost``."""
+    lost = 0
+    code = error_code("lost")
+    for b in engine.blocks:
+        done = np.frombuffer(b.done_ns, np.int64)[: b.rows]
+        for j in np.flatnonzero(done < 0).tolist():
+            b.error[j] = code
+            b.done_ns[j] = b.scheduled_ns[j]
+            engine.completed.append(b.base + j)
+            lost += 1
+    return lost
+
+
+def _preconnect(p: Prepared) -> int:
+    """Connections to open per target before the clock starts: ~1 per 100 req/s offered.
+
+    Opening them during the run costs the pacer its schedule, and each one opened
+    late feeds the next burst. Measured at 70k req/s against nginx: with 1 per
+    1000 req/s the pool grew from 70 to ~1,000 connections in the first second
+    (send lag up to 8-35 ms in the warm-up); with 700 open at the start it stayed
+    under ~850 and the warm-up's worst lag was 1-4 ms.
+    """
+    if p.concurrency is not None:
+        return min(p.concurrency, 256)
+    assert p.schedule is not None
+    span_s = (p.horizon_ns or 10**9) / 1e9
+    rate = expected_count(p.schedule, span_s) / span_s if span_s else 0.0
+    per_target = rate / p.share[1] / PRECONNECT_PER_RPS / len(p.targets)
+    return int(min(p.max_in_flight, max(4, min(PRECONNECT_MAX, per_target))))
+
+
+def run_engine(
+    p: Prepared, tr: Transport, sink: RecordSink, hooks: WorkerHooks | None = None
+) -> Outcome:
+    # The hot path makes no reference cycles; pausing the cyclic collector removes
+    # its occasional multi-millisecond pauses from the send schedule.
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+            return runner.run(_execute(p, tr, sink, hooks=hooks))
+    finally:
+        gc.unfreeze()
+        if gc_was_enabled:
+            gc.enable()
+
+
+def http_transport(p: Prepared) -> Transport:
+    return HttpTransport(
+        p.targets,
+        p.payloads,
+        timeout_ns=p.timeout_ns,
+        connect_timeout_ns=p.connect_timeout_ns,
+        insecure=p.opts.insecure,
+        preconnect=_preconnect(p),
+        streaming=p.streaming,
+        counter=p.counter,
+        prompt_tokens=p.prompt_tokens,
+    )
+
+
+@dataclass
+class Executed:
+    """A single-process run as it ended: the engine's outcome and the rows on disk."""
+
+    outcome: Outcome
+    rows_on_disk: int | None  # None: the writer could not say
+
+
+def execute_local(p: Prepared, directory: Path, transport: Transport | None = None) -> Executed:
+    """Run the whole plan in this process, writing ``run.json`` and ``records.jsonl``."""
+    started_unix = time.time()
+    tr = transport or http_transport(p)
+    (directory / "run.json").write_text(json.dumps(run_json(p, started_unix), indent=2) + "\n")
+    provisional = p.horizon_ns if p.horizon_ns is not None else 2**62
+    sink = RecordSink(directory / "records.jsonl", (p.warmup_ns, provisional))
+    try:
+        out = run_engine(p, tr, sink)
+    finally:
+        rows_on_disk = sink.wait()
+    return Executed(out, rows_on_disk)

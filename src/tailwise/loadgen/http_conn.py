@@ -1,0 +1,172 @@
+"""One HTTP/1.1 keep-alive connection of the transport (:mod:`tailwise.loadgen.http`).
+
+A connection carries at most one request at a time (no pipelining) and writes
+its outcome straight into the request's record block: first byte, completion,
+status, error kind, bytes in. It knows its pool only through :class:`ConnPool`.
+:mod:`~tailwise.loadgen.http_stream` extends it for LLM token streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any, Protocol
+
+import httptools
+
+from tailwise.clock import now_ns
+from tailwise.loadgen.openai import TokenCounter
+from tailwise.loadgen.transport import OnDone
+from tailwise.records import RecordBlock, error_code
+
+OK, HTTP_4XX, HTTP_5XX = error_code(""), error_code("http_4xx"), error_code("http_5xx")
+RESET, PROTOCOL, TIMEOUT = error_code("reset"), error_code("protocol"), error_code("timeout")
+CONNECT = error_code("connect")
+
+
+class StreamOwner(Protocol):
+    """What a stream connection reads and counts on its transport."""
+
+    counter: TokenCounter | None
+    prompt_tokens: list[int] | None
+    usage_rows: int
+    tokenizer_rows: int
+
+
+class ConnPool(Protocol):
+    """What a connection needs of the pool that opened it (:class:`tailwise.loadgen.http.Pool`)."""
+
+    t0: int
+    on_done: OnDone
+    idle: list[Conn]
+    waiting: deque[tuple[RecordBlock, int]]
+
+    @property
+    def owner(self) -> StreamOwner: ...
+
+    def start_waiting(self, conn: Conn) -> None: ...
+
+    def discard(self, conn: Conn) -> None: ...
+
+
+def ends_at_close(head: bytes | None) -> bool:
+    """Whether a response whose first chunk is ``head`` has a body delimited by the close.
+
+    Looked at only when a connection closes mid-response (rare), so the common path
+    pays nothing for it: no header callbacks. A response with a Content-Length or a
+    chunked encoding that ends early is truncated, not complete.
+    """
+    if head is None:
+        return False
+    end = head.find(b"\r\n\r\n")
+    if end < 0:
+        return False  # headers never completed: truncated
+    headers = head[:end].lower()
+    return b"\ncontent-length:" not in headers and b"\ntransfer-encoding:" not in headers
+
+
+class Conn(asyncio.Protocol):
+    """One keep-alive connection; carries at most one request at a time (no pipelining)."""
+
+    __slots__ = (
+        "block",
+        "closed",
+        "first",
+        "head",
+        "j",
+        "nbytes",
+        "parser",
+        "pool",
+        "t_last",
+        "transport",
+    )
+
+    def __init__(self, pool: ConnPool) -> None:
+        self.pool = pool
+        self.transport: Any = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.block: RecordBlock | None = None
+        self.j = 0
+        self.first = True
+        self.nbytes = 0
+        self.closed = False
+        self.t_last = 0  # run-relative ns of the latest chunk
+        self.head: bytes | None = None  # first chunk of the current response (see connection_lost)
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        block = self.block
+        if block is None:  # bytes nobody asked for: the connection can't be trusted
+            self.transport.abort()
+            return
+        t = now_ns() - self.pool.t0
+        self.t_last = t
+        if self.first:
+            self.first = False
+            block.first_byte_ns[self.j] = t
+        if self.head is None:
+            self.head = data
+        self.nbytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.fail(PROTOCOL)
+            self.transport.abort()
+
+    def on_message_complete(self) -> None:
+        block = self.block
+        if block is None:
+            return
+        j = self.j
+        parser = self.parser
+        status = parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            self.head = None  # an interim response; the final one follows on this connection
+            return
+        block.done_ns[j] = self.t_last
+        block.status[j] = status
+        if status >= 400:
+            block.error[j] = HTTP_5XX if status >= 500 else HTTP_4XX
+        block.bytes_in[j] = self.nbytes
+        self.block = None
+        keep = parser.should_keep_alive()
+        pool = self.pool
+        pool.on_done(block, j)
+        if keep and not self.closed:
+            if pool.waiting:
+                pool.start_waiting(self)
+            else:
+                pool.idle.append(self)
+        else:
+            self.transport.close()
+
+    def fail(self, code: int) -> None:
+        block = self.block
+        if block is None:
+            return
+        self.block = None
+        block.done_ns[self.j] = now_ns() - self.pool.t0
+        block.error[self.j] = code
+        block.bytes_in[self.j] = self.nbytes
+        self.pool.on_done(block, self.j)
+
+    def reset_stream(self) -> None:
+        """Only stream connections keep per-response stream state."""
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        block = self.block
+        if block is not None and exc is None and ends_at_close(self.head):
+            # HTTP/1.1 allows a body that ends when the server closes: complete it.
+            status = self.parser.get_status_code()
+            self.block = None
+            block.done_ns[self.j] = now_ns() - self.pool.t0
+            block.status[self.j] = status
+            if status >= 400:
+                block.error[self.j] = HTTP_5XX if status >= 500 else HTTP_4XX
+            block.bytes_in[self.j] = self.nbytes
+            self.pool.on_done(block, self.j)
+        self.fail(RESET)
+        self.pool.discard(self)

@@ -1,0 +1,117 @@
+"""An HTTP connection whose responses are LLM token streams (Server-Sent Events)."""
+
+from __future__ import annotations
+
+from tailwise.loadgen.http_conn import Conn, ConnPool
+from tailwise.loadgen.llm_stream import MALFORMED, classify
+from tailwise.loadgen.sse import SSEParser
+from tailwise.records import RecordBlock, error_code
+
+_TRUNCATED, _STREAM_ERROR, _MALFORMED, _TOO_LARGE = (
+    error_code("truncated"),
+    error_code("stream_error"),
+    error_code("malformed_chunk"),
+    error_code("too_large"),
+)
+# Bounds on what one stream may hold in memory. A plain response is never buffered
+# (only its length is counted), but a stream keeps its unfinished event and one
+# arrival time per content chunk. An event over 4 MiB, or over 2^18 content chunks
+# (far above any max_tokens served today), fails the request as ``too_large``
+# instead of growing without bound until the timeout.
+MAX_EVENT_BYTES = 4 << 20
+MAX_STREAM_CHUNKS = 1 << 18
+
+
+class StreamConn(Conn):
+    """A connection whose responses are LLM token streams (Server-Sent Events).
+
+    Every content chunk's arrival time is the arrival of the read that carried
+    it (``t_last``): chunks that arrive together share a time, as they did on
+    the wire. A stream that ends without ``[DONE]`` or a finish reason is
+    ``truncated``; an error event is ``stream_error``; unparsable data is
+    ``malformed_chunk``; a stream over the memory bounds above is ``too_large``
+    (the connection is dropped). Partial data (first token, chunk times) is kept.
+    """
+
+    __slots__ = (
+        "chunks",
+        "finished",
+        "prompt_tokens",
+        "sse",
+        "stream_err",
+        "text",
+        "usage_tokens",
+    )
+
+    def __init__(self, pool: ConnPool) -> None:
+        super().__init__(pool)
+        self.reset_stream()
+
+    def reset_stream(self) -> None:
+        self.sse = SSEParser()
+        self.chunks: list[int] = []
+        self.finished = False
+        self.stream_err = 0
+        self.usage_tokens: int | None = None
+        self.prompt_tokens: int | None = None
+        self.text: list[str] = []  # kept only when tokens are counted locally
+
+    def on_body(self, body: bytes) -> None:
+        block = self.block
+        if block is None or self.parser.get_status_code() >= 300:
+            return
+        for etype, data in self.sse.feed(body):
+            c = classify(data, etype)
+            if c.text:
+                if not self.chunks:
+                    block.first_token_ns[self.j] = self.t_last
+                self.chunks.append(self.t_last)
+                if self.pool.owner.counter is not None:
+                    self.text.append(c.text)
+            if c.done or c.finish_reason:
+                self.finished = True
+            if c.completion_tokens is not None:
+                self.usage_tokens = c.completion_tokens
+            if c.prompt_tokens is not None:
+                self.prompt_tokens = c.prompt_tokens
+            if c.error is not None and not self.stream_err:
+                self.stream_err = _MALFORMED if c.error == MALFORMED else _STREAM_ERROR
+        # Checked once per read, not per event: the bounds only need to hold roughly.
+        if self.sse.pending_bytes > MAX_EVENT_BYTES or len(self.chunks) > MAX_STREAM_CHUNKS:
+            self.fail(_TOO_LARGE)
+            self.transport.abort()
+
+    def _keep(self, block: RecordBlock, j: int) -> None:
+        owner = self.pool.owner
+        if self.chunks:
+            block.chunk_times[j] = self.chunks
+        if self.usage_tokens is not None:
+            block.output_tokens[j] = self.usage_tokens
+            owner.usage_rows += 1
+        elif owner.counter is not None:  # once per request, not per token
+            block.output_tokens[j] = owner.counter.count("".join(self.text))
+            owner.tokenizer_rows += 1
+        elif self.chunks:
+            block.output_tokens[j] = len(self.chunks)  # no usage: one token per chunk
+        if self.prompt_tokens is not None:
+            block.input_tokens[j] = self.prompt_tokens
+        elif owner.prompt_tokens:
+            block.input_tokens[j] = owner.prompt_tokens[(block.base + j) % len(owner.prompt_tokens)]
+
+    def on_message_complete(self) -> None:
+        block = self.block
+        if block is None:
+            return
+        status = self.parser.get_status_code()
+        if 200 <= status < 300:
+            self._keep(block, self.j)
+            if self.stream_err:
+                block.error[self.j] = self.stream_err
+            elif not self.finished or self.sse.close():
+                block.error[self.j] = _TRUNCATED
+        super().on_message_complete()
+
+    def fail(self, code: int) -> None:
+        if self.block is not None:
+            self._keep(self.block, self.j)
+        super().fail(code)

@@ -1,0 +1,347 @@
+"""Stage 1 of a run: from what the user wrote to a :class:`Prepared` run.
+
+Every user input is parsed here, before anything starts, so a mistake costs
+nothing and gives one line naming the field (:class:`tailwise.errors.BadInput`):
+targets and rendered request bodies, the arrival schedule, the window, SLOs,
+caps and timeouts, and how many worker processes the run asks for. Nothing here
+opens a connection or reads a clock (only :func:`run_directory` creates the
+run's directory).
+
+The stages below it: :mod:`~tailwise.loadgen.execute` runs a prepared plan in
+one process, :mod:`~tailwise.loadgen.scale` across workers, and
+:mod:`~tailwise.loadgen.conclude` turns what happened into the summary and the
+output files; :mod:`~tailwise.loadgen.runner` chooses between them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import random
+import re
+import resource
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tailwise.arrivals import Schedule, parse_schedule
+from tailwise.errors import BadInput
+from tailwise.loadgen import openai
+from tailwise.loadgen.targets import (
+    Target,
+    describe,
+    parse_header,
+    parse_method,
+    parse_url,
+    read_bodies_jsonl,
+    read_body,
+    render,
+)
+from tailwise.loadgen.watch import LossWatch
+from tailwise.metrics.slo import SLO, parse_slo
+from tailwise.units import parse_count, parse_duration_ns, parse_fraction
+
+DEFAULT_MAX_IN_FLIGHT = 10_000  # per process, when the user sets no --max-in-flight
+
+
+@dataclass
+class RunOptions:
+    """Everything a run can be told, as the user wrote it (parsed in :func:`prepare`)."""
+
+    urls: list[str]
+    rate: str | None = None
+    arrival: str = "poisson"
+    duration: str | None = None
+    requests: int | str | None = None
+    warmup: str = "0s"
+    seed: int = 0
+    slo: list[str] = field(default_factory=list)
+    attainment: str = "99%"
+    max_in_flight: int | str | None = None
+    concurrency: int | str | None = None
+    think: str = "0s"
+    timeout: str = "30s"
+    connect_timeout: str = "5s"
+    grace: str = "2s"
+    max_send_lag: str = "5ms"
+    method: str | None = None
+    header: list[str] = field(default_factory=list)
+    body: str | None = None
+    bodies: str | None = None
+    out: str | None = None
+    name: str | None = None
+    insecure: bool = False
+    progress: bool | None = None
+    # OpenAI-compatible LLM endpoints (see tailwise.loadgen.openai)
+    api: str | None = None
+    model: str | None = None
+    max_tokens: int | str = 128
+    input_tokens: int | str = 128
+    api_key: str | None = None  # never written anywhere
+    extra_body: str | None = None
+    stream: bool = True
+    prompts: str | None = None  # a JSONL dataset
+    shared_prefix: int | str = 0
+    tokenizer: str | None = None  # a tokenizer.json, for servers that report no usage
+    # Knee trials: stop sending once an SLO is certainly lost (see loadgen.watch).
+    stop_on_slo_loss: bool = False
+    # Scale-out (see loadgen.scale): worker processes ("auto": one per core), and a
+    # Ray cluster to spread them over.
+    workers: int | str | None = None
+    ray: str | None = None
+
+
+@dataclass
+class Prepared:
+    """A run with every input parsed: what :mod:`~tailwise.loadgen.execute` needs."""
+
+    opts: RunOptions
+    targets: list[Target]
+    payloads: list[list[bytes]]
+    schedule: Schedule | None
+    horizon_ns: int | None
+    max_count: int | None
+    warmup_ns: int
+    slos: list[SLO]
+    max_in_flight: int
+    concurrency: int | None
+    think_ns: int
+    timeout_ns: int
+    connect_timeout_ns: int
+    grace_ns: int
+    max_send_lag_ns: int
+    method: str
+    headers: list[tuple[str, str]]
+    streaming: bool = False
+    counter: openai.TokenCounter | None = None
+    prompt_tokens: list[int] | None = None  # per request body, counted locally
+    workers: int | None = None  # worker processes; None: one process, or Ray's CPU count
+    share: tuple[int, int] = (0, 1)  # (index, count): this process's share of the plan
+
+    @property
+    def scaled_out(self) -> bool:
+        """Whether the run goes to worker processes or Ray actors instead of this process."""
+        return (self.workers is not None and self.workers > 1) or bool(self.opts.ray)
+
+
+def fd_budget() -> int:
+    """Raise the open-file soft limit as far as allowed; connections need one each."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = 65_536 if hard == resource.RLIM_INFINITY else min(hard, 65_536)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return max(16, soft - 64)
+
+
+def _window(o: RunOptions, warmup_ns: int) -> tuple[int | None, int | None]:
+    """(horizon_ns, max_count): the schedule's bounds; warm-up is inside the horizon."""
+    count = parse_count(str(o.requests), "--requests") if o.requests is not None else None
+    if o.duration is not None:
+        dur = parse_duration_ns(o.duration, "--duration", allow_zero=False)
+        return warmup_ns + dur, count
+    if count is None and not o.arrival.startswith(("stages", "trace")):
+        return warmup_ns + 10_000_000_000, None  # the default: 10 s of measurement
+    return None, count
+
+
+def _llm_bodies(o: RunOptions) -> tuple[list[bytes], list[openai.Prompt]]:
+    api = openai.check_api(o.api or "")
+    if not o.model:
+        raise BadInput("--model", None, f"the model name the server serves, for --api {api}")
+    if o.body is not None or o.bodies is not None:
+        raise BadInput(
+            "--body", "with --api", "either --api (tailwise builds the bodies) or --body"
+        )
+    rng = random.Random(o.seed)
+    prompts: list[openai.Prompt]
+    if o.prompts:
+        rows = openai.read_dataset(o.prompts)
+        prompts = [p for p, _ in rows]
+        drawn = openai.sample_lengths(str(o.max_tokens), "--max-tokens", len(rows), rng)
+        max_tokens = [n if n is not None else d for (_, n), d in zip(rows, drawn, strict=True)]
+    else:
+        n = openai.N_PROMPTS
+        lengths = openai.sample_lengths(str(o.input_tokens), "--input-tokens", n, rng)
+        prefix = parse_count(str(o.shared_prefix), "--shared-prefix", minimum=0)
+        prompts = list(openai.synthetic_prompts(lengths, o.seed, prefix))
+        max_tokens = openai.sample_lengths(str(o.max_tokens), "--max-tokens", n, rng)
+    extra = openai.parse_extra_body(o.extra_body)
+    return openai.bodies(api, o.model, max_tokens, prompts, o.stream, extra), prompts
+
+
+def _requests(
+    o: RunOptions,
+) -> tuple[list[Target], list[list[bytes]], str, list[tuple[str, str]], list[openai.Prompt]]:
+    """Targets, rendered requests per target, method, headers, and the LLM prompts if any."""
+    if not o.urls:
+        raise BadInput("URL", "", "at least one target URL")
+    urls = [openai.api_url(u, o.api) for u in o.urls] if o.api else o.urls
+    targets = [parse_url(u) for u in urls]
+    headers = [parse_header(h) for h in o.header]
+    if o.api:
+        headers += openai.auth_header(o.api_key)
+    if o.body is not None and o.bodies is not None:
+        raise BadInput("--body", "with --bodies", "one of --body or --bodies")
+    bodies: list[bytes | None] = [None]
+    prompts: list[openai.Prompt] = []
+    if o.api:
+        llm_bodies, prompts = _llm_bodies(o)
+        bodies = list(llm_bodies)
+    elif o.body is not None:
+        bodies = [read_body(o.body)]
+    elif o.bodies is not None:
+        bodies = list(read_bodies_jsonl(o.bodies))
+    method = parse_method(o.method) if o.method else ("POST" if bodies != [None] else "GET")
+    payloads = [[render(t, method, headers, b) for b in bodies] for t in targets]
+    return targets, payloads, method, headers, prompts
+
+
+def prepare(o: RunOptions) -> Prepared:
+    targets, payloads, method, headers, prompts = _requests(o)
+    streaming = bool(o.api in openai.STREAMING_APIS and o.stream)
+    counter = openai.TokenCounter(o.tokenizer) if o.tokenizer else None
+    prompt_tokens = [counter.count_prompt(p) for p in prompts] if counter and prompts else None
+    warmup_ns = parse_duration_ns(o.warmup, "--warmup")
+    horizon_ns, max_count = _window(o, warmup_ns)
+    attain = parse_fraction(o.attainment, "--attainment")
+    slos = [parse_slo(s, attain) for s in o.slo]
+    for s in slos:
+        if s.needs_llm and not streaming:
+            raise BadInput(
+                "--slo", s.spec, "a metric an HTTP run measures (latency, e2e, service, send_lag)"
+            )
+    if not slos:
+        slos = [SLO("error_rate<=1%", "rate", "error_rate", 0.01, stat="error_rate", implicit=True)]
+    concurrency = parse_count(str(o.concurrency), "--concurrency") if o.concurrency else None
+    schedule = None
+    if concurrency is None:
+        schedule = parse_schedule(
+            o.arrival, o.rate, seed=o.seed, horizon_ns=horizon_ns, max_count=max_count
+        )
+        if horizon_ns is None:
+            horizon_ns = schedule.horizon_ns  # stages bound the run themselves
+    elif o.rate is not None:
+        raise BadInput(
+            "--rate", o.rate, "no rate with --concurrency (closed loop sets its own pace)"
+        )
+    elif horizon_ns is None and max_count is None:
+        raise BadInput("--duration", None, "a duration or --requests for a closed-loop run")
+    workers = _scale_out(o, concurrency)
+    budget = fd_budget()
+    cap = (
+        parse_count(str(o.max_in_flight), "--max-in-flight")
+        if o.max_in_flight
+        else min(DEFAULT_MAX_IN_FLIGHT, budget)
+    )
+    return Prepared(
+        opts=o,
+        targets=targets,
+        payloads=payloads,
+        schedule=schedule,
+        horizon_ns=horizon_ns,
+        max_count=max_count,
+        warmup_ns=warmup_ns,
+        slos=slos,
+        max_in_flight=concurrency or cap,
+        concurrency=concurrency,
+        think_ns=parse_duration_ns(o.think, "--think"),
+        timeout_ns=parse_duration_ns(o.timeout, "--timeout", allow_zero=False),
+        connect_timeout_ns=parse_duration_ns(
+            o.connect_timeout, "--connect-timeout", allow_zero=False
+        ),
+        grace_ns=parse_duration_ns(o.grace, "--grace"),
+        max_send_lag_ns=parse_duration_ns(o.max_send_lag, "--max-send-lag", allow_zero=False),
+        method=method,
+        headers=headers,
+        streaming=streaming,
+        counter=counter,
+        prompt_tokens=prompt_tokens,
+        workers=workers,
+    )
+
+
+def _scale_out(o: RunOptions, concurrency: int | None) -> int | None:
+    """Worker processes asked for (None: a single process, or as many as Ray has CPUs)."""
+    if o.workers is None and not o.ray:
+        return None
+    if concurrency is not None:
+        given = o.workers or f"--ray {o.ray}"
+        raise BadInput("--workers", given, "one process for --concurrency (closed loop)")
+    return parse_workers(o.workers, ray=bool(o.ray))
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def parse_workers(text: int | str | None, *, ray: bool) -> int | None:
+    """``--workers``: N, or ``auto`` (this machine's cores; with ``--ray``, the cluster's CPUs)."""
+    if text is None or str(text).strip() == "auto":
+        return None if ray or text is None else available_cores()
+    return parse_count(str(text), "--workers")
+
+
+def run_directory(o: RunOptions, target: Target) -> Path:
+    if o.out:
+        path = Path(o.out)
+    else:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        name = o.name or re.sub(r"[^A-Za-z0-9.]+", "-", f"{target.host}-{target.port}").strip("-")
+        path = Path("runs") / f"{stamp}-{name}"
+        n = 2
+        while path.exists():
+            path = Path("runs") / f"{stamp}-{name}-{n}"
+            n += 1
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(
+            "--out", str(path), f"a directory that can be created ({exc.strerror})"
+        ) from None
+    return path
+
+
+def plan_window_end(p: Prepared, rows: int, last_scheduled_ns: int) -> int:
+    """The window's end for a plan that produced ``rows`` rows, the last due at the given offset."""
+    n, last = rows, last_scheduled_ns
+    count_ran_out = p.max_count is not None and n >= p.max_count
+    if p.horizon_ns is not None and not count_ran_out:
+        return p.horizon_ns
+    # Count-bounded: the window closes one mean gap after the last intended instant.
+    end = last + (last // max(n - 1, 1) if n > 1 else 1)
+    return min(end, p.horizon_ns) if p.horizon_ns is not None else end
+
+
+def loss_watch(p: Prepared) -> LossWatch | None:
+    """The SLO-loss watch of a run (None where it cannot judge: not a steady open-loop rate)."""
+    if p.schedule is None or p.horizon_ns is None:
+        return None
+    described = p.schedule.describe()
+    rate = described.get("rate_rps")
+    if not isinstance(rate, int | float) or not rate or described.get("profile"):
+        return None
+    expected = float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9
+    watch = LossWatch(p.slos, (p.warmup_ns, p.horizon_ns), expected)
+    return watch if watch.limits else None
+
+
+def run_json(p: Prepared, started_unix: float) -> dict[str, Any]:
+    opts = asdict(p.opts)
+    opts.pop("header", None)  # header values may carry credentials: never written
+    opts.pop("api_key", None)
+    if opts.get("body") and not str(opts["body"]).startswith("@"):
+        opts["body"] = f"<{len(str(opts['body']).encode())} bytes, not saved>"
+    opts["urls"] = [t.url for t in p.targets]
+    return {
+        "started_utc": dt.datetime.fromtimestamp(started_unix, dt.UTC).isoformat(),
+        "options": opts,
+        "requests": describe(p.targets, p.method, p.headers),
+        "window_ns": [p.warmup_ns, p.horizon_ns],
+        "slos": [s.spec for s in p.slos],
+    }

@@ -1,0 +1,329 @@
+"""One engine of the LLM model: colocated, or one of a disaggregated decode pool.
+
+A colocated engine (:class:`LlmEngine`, not ``decode_only``) does exactly what
+the demo engine does:
+
+* **arrival**: a request whose prompt + max_tokens exceeds ``max_model_len`` or
+  ``kv_cache_tokens`` is answered 400 at once. Otherwise it joins ``waiting``
+  and admission runs at once: FCFS while fewer than ``max_num_seqs`` run and
+  the KV cache has room for prompt + max_tokens (reserved until it ends); a
+  head that does not fit blocks everyone behind it. If more than
+  ``max_waiting`` still wait, the newest is answered 429. An admitted sequence
+  joins the work at the next step start (the step in progress was planned
+  without it); an idle engine starts a step at the arrival instant.
+* **step start**: expire (every waiting or running request whose deadline,
+  arrival + ``request_timeout_s``, is at or before the start is answered 504
+  there and frees its slot and KV), admit, plan. Without chunked prefill, if
+  any running sequence still needs its prompt the step prefills all of them
+  whole and decodes nobody; otherwise it decodes every running sequence. With
+  ``prefill_chunk_tokens`` Q > 0 every decoding sequence takes one token of Q
+  and what is left goes to prompt chunks FCFS.
+* **step end**: the step that completes a prompt emits its first token (so
+  first token = that step's end); every sequence decoded emits one token; a
+  sequence ends after exactly ``max_tokens`` tokens (done = that step's end,
+  status 200) and frees its slot and KV. The next step starts at once if any
+  sequence runs.
+* **same instant**: arrivals at an instant are handled before a step that ends
+  or starts at that instant (several requests arriving together at an idle
+  engine share its first step, as in the demo, whose loop runs after the
+  request handlers).
+
+An engine of the decode pool (``decode_only``) takes the sequences a prefill
+engine (:mod:`tailwise.sim.llm_prefill`) has prefilled and admits them as a
+colocated engine does (``max_num_seqs``, prompt + max_tokens of KV, FCFS, no
+``max_waiting``: a stream already started is never refused); each joins at the
+next step start. Steps are decode-only, ``step_s(0, n)`` for its n sequences;
+it emits the remaining ``max_tokens - 1`` tokens and is done with the last.
+Deadlines still count from the arrival; expiry at a decode step start answers
+504.
+
+Every engine writes its requests' outcomes into one shared
+:class:`RequestTable`, indexed like the inputs.
+
+Speed: every decoding sequence emits one token in each step that decodes, so
+an engine counts its decoding steps and a sequence's last token is a step
+number fixed when it starts decoding (a heap holds them); steps cost O(1) and
+sequences are touched only when they start, finish or expire. A run of
+decode-only steps with no arrival, finish or expiry inside is jumped in one go
+(``k`` steps of equal cost, token instants an arithmetic sequence); an engine
+made with ``jump=False`` takes every step on its own, and gives the same
+numbers.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from tailwise.laws.llm import EngineConfig
+
+# Per-request states (the same list serves the prefill and the decode side).
+WAITING = 1  # in an engine's waiting queue
+ADMITTED = 2  # holds a slot; prompt not done (colocated) or not yet joined (decode pool)
+DECODING = 3  # emits one token per decoding step
+TRANSFER = 4  # in a prefill engine's step, or prefilled and on its way to the decode pool
+DONE = 5
+
+IDLE_NS = 2**63 - 1  # an idle engine's next event: never
+NOT_ROUTED = -1
+
+
+class RequestTable:
+    """Per-request inputs and outcomes as Python lists (indexing them is the hot path)."""
+
+    def __init__(
+        self,
+        cfg: EngineConfig,
+        prompt: list[int],
+        max_tokens: list[int],
+        arrival_ns: list[int],
+        token_times: bool,
+    ) -> None:
+        n = len(prompt)
+        timeout_ns = round(cfg.request_timeout_s * 1e9)
+        self.prompt = prompt
+        self.max_tokens = max_tokens
+        self.deadline = [a + timeout_ns for a in arrival_ns]
+        self.first = [-1] * n
+        self.done = [-1] * n
+        self.status = [0] * n
+        self.replica = [NOT_ROUTED] * n
+        self.state = [0] * n
+        self.start = [0] * n  # the engine's decoding-step count when the sequence joined it
+        self.prefilled = [0] * n
+        self.xfer = [0] * n  # disaggregated: arrival at the decode pool
+        self.tokens: list[list[int] | None] | None = [None] * n if token_times else None
+        self.steps = 0
+        self.max_context = cfg.max_context_tokens
+
+
+class LlmEngine:
+    """One colocated engine, or (``decode_only``) one engine of the decode pool."""
+
+    def __init__(
+        self, run: RequestTable, cfg: EngineConfig, index: int, decode_only: bool, jump: bool
+    ):
+        self.run = run
+        self.cfg = cfg
+        self.index = index
+        self.decode_only = decode_only
+        self.jump = jump
+        self.max_seqs = cfg.max_num_seqs
+        self.kv_cap = cfg.kv_cache_tokens
+        self.chunk = 0 if decode_only else cfg.prefill_chunk_tokens
+        self.max_waiting = 2**62 if decode_only else cfg.max_waiting
+        self.decode_cost_ns = [cfg.step_ns(0, n) for n in range(cfg.max_num_seqs + 1)]
+        self.waiting: deque[int] = deque()  # may hold expired entries (skipped at admission)
+        self.n_waiting = 0
+        self.running = 0
+        self.kv_used = 0
+        self.pending: list[int] = []  # admitted, prompt not done / not yet joined (FCFS)
+        self.n_decoding = 0
+        self.finish: list[tuple[int, int]] = []  # (decoding step of the last token, request)
+        self.live: list[tuple[int, int]] = []  # (deadline, request); stale entries allowed
+        self.decode_steps = 0
+        self.decode_end_ns: list[int] | None = [] if run.tokens is not None else None
+        self.next_ns = IDLE_NS  # the next step start (idle: never) or end (in a step)
+        self.in_step = False
+        # The step in progress: `plan_steps` identical steps of `plan_step_ns` each.
+        self.plan_prefill: list[tuple[int, int]] = []  # (request, prompt tokens)
+        self.plan_decodes = False
+        self.plan_steps = 1
+        self.plan_step_ns = 0
+
+    @property
+    def outstanding(self) -> int:
+        return self.n_waiting + self.running
+
+    def submit(self, i: int, now_ns: int) -> None:
+        run = self.run
+        run.replica[i] = self.index
+        if not self.decode_only and run.prompt[i] + run.max_tokens[i] > run.max_context:
+            self._answer(i, now_ns, 400)
+            return
+        run.state[i] = WAITING
+        self.waiting.append(i)
+        self.n_waiting += 1
+        heapq.heappush(self.live, (run.deadline[i], i))
+        self._admit()
+        if self.n_waiting > self.max_waiting:  # FCFS: the newest one is refused
+            self.waiting.pop()
+            self.n_waiting -= 1
+            self._answer(i, now_ns, 429)
+            return
+        if self.next_ns == IDLE_NS:
+            self.next_ns = now_ns  # the step starts after every arrival of this instant
+
+    def _answer(self, i: int, now_ns: int, status: int) -> None:
+        run = self.run
+        run.state[i] = DONE
+        run.done[i] = now_ns
+        run.status[i] = status
+
+    def _admit(self) -> None:
+        run = self.run
+        state, prompt, max_tokens = run.state, run.prompt, run.max_tokens
+        waiting = self.waiting
+        while waiting and self.running < self.max_seqs:
+            i = waiting[0]
+            if state[i] != WAITING:  # expired while waiting
+                waiting.popleft()
+                continue
+            context = prompt[i] + max_tokens[i]
+            if self.kv_used + context > self.kv_cap:
+                return  # FCFS: the head waits for KV space, and so does everyone behind it
+            waiting.popleft()
+            self.n_waiting -= 1
+            self.running += 1
+            self.kv_used += context
+            state[i] = ADMITTED
+            self.pending.append(i)
+
+    def _tokens(self, i: int, last_step: int) -> None:
+        """Record request i's token instants: its first, then decoding steps up to last_step."""
+        tokens, ends = self.run.tokens, self.decode_end_ns
+        if tokens is None or ends is None or self.run.first[i] < 0:
+            return
+        tokens[i] = [self.run.first[i], *ends[self.run.start[i] : last_step]]
+
+    def _release(self, i: int) -> None:
+        run = self.run
+        self.running -= 1
+        self.kv_used -= run.prompt[i] + run.max_tokens[i]
+
+    def _expire(self, now_ns: int) -> None:
+        run = self.run
+        state, live = run.state, self.live
+        while live and (state[live[0][1]] == DONE or live[0][0] <= now_ns):
+            i = heapq.heappop(live)[1]
+            s = state[i]
+            if s == DONE:
+                continue
+            if s == WAITING:
+                self.n_waiting -= 1  # its deque entry is skipped at admission
+            elif s == ADMITTED:
+                self.pending.remove(i)
+                self._release(i)
+            else:  # decoding; its finish-heap entry is skipped when reached
+                self.n_decoding -= 1
+                self._release(i)
+                self._tokens(i, self.decode_steps)
+            if s != DECODING:
+                self._tokens(i, run.start[i])
+            self._answer(i, now_ns, 504)
+
+    def advance(self, until_ns: int) -> None:
+        """Run every step boundary before ``until_ns`` (arrivals at ``until_ns`` come first)."""
+        run = self.run
+        state, first, max_tokens, start = run.state, run.first, run.max_tokens, run.start
+        while self.next_ns < until_ns:
+            t = self.next_ns
+            if self.in_step:
+                # -- the step (or run of identical steps) ends at t
+                if self.plan_decodes:
+                    steps = self.plan_steps
+                    if self.decode_end_ns is not None:
+                        d = self.plan_step_ns
+                        self.decode_end_ns.extend(range(t - (steps - 1) * d, t + 1, d))
+                    self.decode_steps += steps
+                    count = self.decode_steps
+                    finish = self.finish
+                    while finish and finish[0][0] <= count:
+                        i = heapq.heappop(finish)[1]
+                        if state[i] == DECODING:  # else it expired meanwhile
+                            self.n_decoding -= 1
+                            self._release(i)
+                            self._tokens(i, count)
+                            self._answer(i, t, 200)
+                if self.plan_prefill:
+                    prefilled, prompt = run.prefilled, run.prompt
+                    completed = 0
+                    for i, chunk in self.plan_prefill:
+                        prefilled[i] += chunk
+                        if prefilled[i] < prompt[i]:
+                            break  # only the last chunk of a step can leave a prompt unfinished
+                        completed += 1
+                        first[i] = t  # the step that ends a prompt samples the first token
+                        if max_tokens[i] == 1:
+                            self._release(i)
+                            self._tokens(i, 0)
+                            self._answer(i, t, 200)
+                        else:
+                            state[i] = DECODING
+                            start[i] = self.decode_steps
+                            heapq.heappush(self.finish, (self.decode_steps + max_tokens[i] - 1, i))
+                            self.n_decoding += 1
+                    del self.pending[:completed]  # the planned prompts lead `pending`
+                self.in_step = False
+            # -- a step starts at t
+            self._expire(t)
+            self._admit()
+            if not self.running:
+                self.next_ns = IDLE_NS
+                return
+            self._plan(t, until_ns)
+            run.steps += self.plan_steps
+            self.next_ns = t + self.plan_steps * self.plan_step_ns
+            self.in_step = True
+
+    def _plan(self, t: int, until_ns: int) -> None:
+        run = self.run
+        pending = self.pending
+        prefill: list[tuple[int, int]] = []
+        if self.decode_only:
+            if pending:  # sequences admitted since the last start join now
+                state, start, max_tokens = run.state, run.start, run.max_tokens
+                count = self.decode_steps
+                for i in pending:
+                    state[i] = DECODING
+                    start[i] = count
+                    heapq.heappush(self.finish, (count + max_tokens[i] - 1, i))
+                self.n_decoding += len(pending)
+                pending.clear()
+            decodes = True
+        elif self.chunk <= 0:
+            decodes = not pending  # a prefill-only step (decodes wait) or a decode-only one
+            prefill = [(i, run.prompt[i]) for i in pending]
+        else:
+            decodes = True
+            # prefill_chunks of tailwise.laws.llm, inlined (this runs every step);
+            # tests/sim/test_llm_model.py checks it against the demo engine, which calls it.
+            budget = max(self.chunk - self.n_decoding, 0)
+            prompt, prefilled = run.prompt, run.prefilled
+            for i in pending:
+                if budget <= 0:
+                    break
+                chunk = min(prompt[i] - prefilled[i], budget)
+                prefill.append((i, chunk))
+                budget -= chunk
+        self.plan_prefill = prefill
+        self.plan_decodes = decodes
+        n = self.n_decoding if decodes else 0
+        if prefill:
+            self.plan_step_ns = self.cfg.step_ns(sum(c for _, c in prefill), n)
+            self.plan_steps = 1
+            return
+        step_ns = self.decode_cost_ns[n]
+        self.plan_step_ns = step_ns
+        self.plan_steps = self._run_length(t, step_ns, until_ns) if self.jump else 1
+
+    def _run_length(self, t: int, step_ns: int, until_ns: int) -> int:
+        """How many identical decode-only steps from t can be taken in one go.
+
+        Up to and including the next finish; no later step may start at or after
+        the next arrival (it could be admitted into that step) or a deadline (the
+        start that expires it must be a real boundary).
+        """
+        state = self.run.state
+        finish = self.finish
+        while finish and state[finish[0][1]] != DECODING:
+            heapq.heappop(finish)  # expired sequences
+        steps = finish[0][0] - self.decode_steps
+        # Step s (1-based) starts at t + (s-1) step_ns: it must start before until_ns.
+        steps = min(steps, (until_ns - t + step_ns - 1) // step_ns)
+        live = self.live
+        while live and state[live[0][1]] == DONE:
+            heapq.heappop(live)
+        if live:  # land on the first start at or after the earliest deadline
+            steps = min(steps, (live[0][0] - t + step_ns - 1) // step_ns)
+        return max(steps, 1)
