@@ -45,9 +45,7 @@ def demo_options(base_url: str, window: str) -> RunOptions:
 
 def _step_line(console: Console, i: int, n: int, rate: float, step: Step | None) -> None:
     if step is None:
-        if console.is_terminal:
-            console.print(f"[dim][{i + 1}/{n}] offering {rate:g}/s ...[/dim]", end="\r")
-        return
+        return  # the run's own live line shows the step while it runs
     s = step.summary
     r = s["rates"]
     ttft = (s.get("ttft_ms") or {}).get("p99")

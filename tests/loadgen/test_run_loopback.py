@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import tailwise
+from tailwise.metrics.client import CLIENT_FILE, read_client_doc
 from tailwise.metrics.histogram import merged, read_hlog
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.records import read_jsonl
@@ -159,6 +160,8 @@ def test_saved_data_reproduces_the_summary(loopback: Loopback, tmp_path: Path) -
         max_in_flight=2,
         rows_on_disk=len(back),
     )
+    saved = json.loads((tmp_path / "r" / CLIENT_FILE).read_text())
+    info.client_lag, info.client_load, info.connect_failures = read_client_doc(saved)
     again = summarize(back, info)
     for key in (
         "requests",
@@ -228,7 +231,9 @@ def test_tls_with_and_without_verification(
     assert ok.summary["requests"]["ok"] == 20
     bad = tailwise.run(url + "/x", rate="50/s", requests=20, out=str(tmp_path / "b"))
     assert bad.summary["requests"]["errors"] == {"tls": 20}
-    assert bad.summary["verdict"] == "fail"
+    # A certificate the client refuses: no request reached the server's application.
+    assert bad.summary["verdict_cause"] == "target_unreachable"
+    assert "(TLS: CERTIFICATE_VERIFY_FAILED)" in bad.summary["verdict_reason"]
 
 
 # ---- the CLI, as a user runs it ------------------------------------------------------
@@ -287,10 +292,10 @@ def test_unreachable_server_is_a_completed_run_of_connect_errors(tmp_path: Path)
         "--out",
         str(tmp_path / "r"),
     )
-    assert p.returncode == 1
+    assert p.returncode == 6  # its own exit code: no request reached a server
     assert "Traceback" not in p.stderr
     s = json.loads(p.stdout)
-    assert s["verdict"] == "fail"
+    assert s["verdict"] == "invalid" and s["verdict_cause"] == "target_unreachable"
     assert set(s["requests"]["errors"]) == {"connect"}
     assert s["requests"]["failed"] == s["requests"]["scheduled"] > 0
 

@@ -178,6 +178,7 @@ def test_two_processes_run_one_plan(loopback: Loopback, tmp_path: Path) -> None:
     assert np.array_equal(r.worker, r.seq % 2)  # round-robin shares
     # One run directory, the single-process files and schema, plus the workers section.
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "client.json",
         "latency.hlog",
         "records.jsonl",
         "run.json",

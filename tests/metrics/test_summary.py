@@ -91,14 +91,32 @@ def test_littles_law_on_a_steady_queue() -> None:
     assert ll["rel_gap"] < 0.01
 
 
-def test_generator_saturation_makes_the_run_invalid() -> None:
+def test_client_lag_invalidates_only_the_verdicts_it_could_flip() -> None:
+    # The client sent every request 8 ms late; the server answered each in 1 ms.
     n = 1000
     sched = np.arange(n, dtype=np.int64) * MS
-    lag = np.full(n, 8 * MS, dtype=np.int64)  # the generator was 8 ms late throughout
+    lag = np.full(n, 8 * MS, dtype=np.int64)
     rec = make(sched, lag + MS, [""] * n, (0, S), lag=lag)
-    s = summarize(rec, info((0, S)))
-    assert s["verdict"] == "invalid"
-    assert s["verdict_reason"].startswith("generator saturated: send-lag p99 8.00 ms")
+    # 9 ms measured vs a 5 ms objective: the server's share (1 ms) passes, so the
+    # client decided it.
+    flip = summarize(rec, info((0, S), ["p99(latency)<=5ms"]))
+    assert flip["verdict"] == "invalid" and flip["verdict_cause"] == "client"
+    assert flip["verdict_reason"].startswith("client lag could flip p99(latency)<=5ms")
+    assert "send-lag p99 8.00 ms" in flip["verdict_reason"]
+    bound = flip["slos"][0]["server_bound"]
+    assert bound["client_could_flip"] and bound["lower"] == pytest.approx(1.0)
+    # Against 20 ms the same lag changes nothing: the pass stands, with no bound at all.
+    stands = summarize(rec, info((0, S), ["p99(latency)<=20ms"]))
+    assert stands["verdict"] == "pass" and stands["generator"]["max_send_lag_ms"] is None
+    # Against 0.5 ms even the server's share misses: a certain fail, not the client's.
+    fails = summarize(rec, info((0, S), ["p99(latency)<=500us"]))
+    assert fails["verdict"] == "fail" and fails["verdict_cause"] is None
+    # An explicit --max-send-lag is the user's own bound, and still holds.
+    strict = info((0, S), ["p99(latency)<=20ms"])
+    strict.max_send_lag_ns = 5 * MS
+    over = summarize(rec, strict)
+    assert over["verdict"] == "invalid"
+    assert over["verdict_reason"].startswith("send-lag p99 8.00 ms > --max-send-lag 5 ms")
 
 
 def test_no_nan_reaches_json() -> None:

@@ -39,7 +39,7 @@ def summary(
     """A 2 s constant-rate run at ``rate``/s where every ok request takes ``lat_ms``.
 
     ``errors_every=k`` makes every k-th request a reset; ``lag_ms`` delays every
-    send (over 5 ms the run is invalid); ``llm=(ttft_ms, tpot_ms)`` gives each
+    send (over the run's explicit ``--max-send-lag`` of 5 ms, the run is invalid); ``llm=(ttft_ms, tpot_ms)`` gives each
     request 11 output tokens, its first at ``ttft_ms`` and then one per ``tpot_ms``.
     """
     n = 2 * rate
@@ -61,6 +61,7 @@ def summary(
         window_ns=WINDOW,
         slos=[parse_slo(s) for s in slos],
         llm=llm is not None,
+        max_send_lag_ns=5 * MS,
     )
     return summarize(rec, info)
 
@@ -148,7 +149,7 @@ def test_an_invalid_run_cannot_gate_anything(
     code, out, _ = cli(["compare", a, b], capsys)
     assert code == 3
     notes = [line for line in out.splitlines() if line.startswith("INVALID")]
-    assert len(notes) == 1 and "run B is invalid (generator saturated" in notes[0]
+    assert len(notes) == 1 and "run B is invalid (send-lag p99 8.00 ms > --max-send-lag" in notes[0]
 
 
 def test_json_result_lists_regressions_and_every_metric(

@@ -24,8 +24,10 @@ from tailwise.loadgen.attack import Engine
 from tailwise.loadgen.execute import Executed, Outcome
 from tailwise.loadgen.prepare import Prepared, plan_window_end
 from tailwise.metrics import derive
+from tailwise.metrics.client import CLIENT_FILE, ClientLag, client_doc
 from tailwise.metrics.histogram import interval_histograms, write_hlog
-from tailwise.metrics.summary import EXIT_CODES, RunInfo, summarize
+from tailwise.metrics.summary import RunInfo, summarize
+from tailwise.metrics.verdict import exit_code
 from tailwise.records import Records
 
 
@@ -37,7 +39,7 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.summary["verdict"]]
+        return exit_code(self.summary)
 
 
 def window_end(p: Prepared, engine: Engine) -> int:
@@ -83,8 +85,9 @@ def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
         rows_on_disk=rows_on_disk,
     )
     info.extra = token_source(out) if p.streaming else {}
+    client_info(info, [client_part(out)])
     summary = summarize(records, info)
-    write_outputs(directory, records, summary, out.t0_unix_s, (p.warmup_ns, end_ns))
+    write_outputs(directory, records, summary, out.t0_unix_s, (p.warmup_ns, end_ns), info)
     return RunResult(summary, records, directory)
 
 
@@ -120,6 +123,26 @@ def run_info(
     )
 
 
+def client_part(out: Outcome) -> dict[str, Any]:
+    """What one process knows of the client's side: its loop's lag, its CPU, failed connects."""
+    failures = getattr(out.transport, "connect_failures", None) or {}
+    return {"lag": out.lag, "load": out.load, "connect_failures": dict(failures)}
+
+
+def client_info(info: RunInfo, parts: list[dict[str, Any] | None]) -> None:
+    """The client's side of the run, from each process's part (None: a lost worker)."""
+    info.client_lag = ClientLag([part["lag"] if part else None for part in parts])
+    loads = [part["load"] for part in parts if part and part["load"]]
+    if loads:
+        # The busiest process speaks for the client: one starved worker can flip a verdict.
+        info.client_load = max(loads, key=lambda d: d.get("cpu_share") or 0.0)
+    failures: dict[str, int] = {}
+    for part in parts:
+        for why, n in (part or {}).get("connect_failures", {}).items():
+            failures[why] = failures.get(why, 0) + n
+    info.connect_failures = failures
+
+
 def token_source(out: Outcome) -> dict[str, Any]:
     """Say how output tokens were counted: the server's usage, or one per content chunk."""
     usage_rows = getattr(out.transport, "usage_rows", 0)
@@ -140,8 +163,11 @@ def write_outputs(
     summary: dict[str, Any],
     t0_unix_s: float,
     window: tuple[int, int],
+    info: RunInfo,
 ) -> None:
     (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    doc = client_doc(info.client_lag, info.client_load, info.connect_failures)
+    (directory / CLIENT_FILE).write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     ok = records.error == 0
     lat = derive.latency_ns(records)
     write_hlog(

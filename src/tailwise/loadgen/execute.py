@@ -25,9 +25,9 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -35,11 +35,13 @@ from tailwise.arrivals import expected_count
 from tailwise.clock import now_ns
 from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
 from tailwise.loadgen.http import HttpTransport
+from tailwise.loadgen.looplag import LoopLag
 from tailwise.loadgen.prepare import Prepared, loss_watch, run_json
 from tailwise.loadgen.results import Progress, RecordSink, pump
 from tailwise.loadgen.spill import Spill
 from tailwise.loadgen.transport import Transport
 from tailwise.loadgen.watch import LossWatch
+from tailwise.metrics.client import LagSeries
 from tailwise.records import error_code
 
 WATCH_INTERVAL_S = 0.25
@@ -94,6 +96,8 @@ class Outcome:
     t0_unix_s: float  # wall-clock label of the run's time zero
     transport: Transport | None = None
     stopped_early: str = ""  # why an SLO was already lost, when the run stopped for it
+    lag: LagSeries | None = None  # the loop's receive lag, sampled through the run
+    load: dict[str, Any] = field(default_factory=dict)  # the client's CPU use and the load
 
 
 class WorkerHooks(Protocol):
@@ -188,9 +192,12 @@ async def _execute(
     else:
         t0, t0_unix = await hooks.barrier()
     transport.set_origin(t0)
+    probe = LoopLag(p.horizon_ns or 10**10)
+    cpu = ClientLoad()
     engine.begin(t0)
+    probe.start(t0)
     show = p.opts.progress if p.opts.progress is not None else sys.stderr.isatty()
-    progress = Progress(engine, (p.horizon_ns or 0) / 1e9 or None) if show else None
+    progress = _progress(p, engine) if show else None
     tasks = [loop.create_task(pump(engine, sink, stop_io, spill=spill, progress=progress))]
     if hooks is not None:
         tasks.append(loop.create_task(hooks.follow(engine, t0, stop_io, on_signal)))
@@ -210,6 +217,7 @@ async def _execute(
     await asyncio.wait([sending], return_when=asyncio.FIRST_COMPLETED)
     stopped_at = now_ns() - t0
     await _drain(engine, p, interrupted, hard_stop)
+    probe.stop()
     engine.end("not_sent:interrupted" if interrupted.is_set() else "not_sent:ended")
     _finalize_lost(engine)  # before the last flush, so lost rows reach the file too
     stop_io.set()
@@ -228,7 +236,46 @@ async def _execute(
         t0_unix,
         transport,
         lost[0] if lost and not note else "",
+        probe.series(),
+        cpu.measure(),
     )
+
+
+def _progress(p: Prepared, engine: Engine) -> Progress:
+    rate = p.schedule.describe().get("rate_rps") if p.schedule is not None else None
+    return Progress(
+        engine,
+        (p.horizon_ns or 0) / 1e9 or None,
+        target_rps=float(rate) if isinstance(rate, int | float) else None,
+        label=p.opts.label or "",
+    )
+
+
+class ClientLoad:
+    """This process's CPU time over the run, and the machine's load: is the client starved?"""
+
+    def __init__(self) -> None:
+        self.wall0_ns = now_ns()
+        self.cpu0_s = _cpu_s()
+
+    def measure(self) -> dict[str, Any]:
+        wall_s = (now_ns() - self.wall0_ns) / 1e9
+        cpu_s = _cpu_s() - self.cpu0_s
+        try:
+            load_1m: float | None = os.getloadavg()[0]
+        except OSError:
+            load_1m = None
+        return {
+            "cpu_s": round(cpu_s, 3),
+            "cpu_share": round(cpu_s / wall_s, 3) if wall_s > 0 else None,
+            "load_avg_1m": load_1m,
+            "cores": os.cpu_count() or 1,
+        }
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _loss_watch(p: Prepared) -> LossWatch | None:

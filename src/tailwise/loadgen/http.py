@@ -25,6 +25,7 @@ chunked) completes at the close.
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 import ssl
 from collections import deque
@@ -42,6 +43,23 @@ from tailwise.records import RecordBlock, error_code
 
 SWEEP_S = 0.01
 MAX_CONNECTING = 32  # connection attempts in progress per target; more only feeds a storm
+
+
+def connect_failure(exc: BaseException) -> str:
+    """Why a connection could not be opened, in words a user can act on."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return "name not resolved"
+    if isinstance(exc, TimeoutError):
+        return "connect timeout"
+    if isinstance(exc, ssl.SSLError | ssl.CertificateError):
+        return f"TLS: {getattr(exc, 'reason', None) or exc}"
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return "too many open files"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return type(exc).__name__
 
 
 def _noop_done(block: RecordBlock, j: int) -> None:
@@ -137,6 +155,7 @@ class Pool:
             _, conn = await self._open()
         except (OSError, TimeoutError, ssl.SSLError, ValueError) as exc:
             self.connecting -= 1
+            self.owner.note_connect_failure(connect_failure(exc))
             # A connect timeout is a connect failure, not a request timeout.
             self._fail_one_waiting(
                 CONNECT if isinstance(exc, TimeoutError) else error_code(error_kind(exc))
@@ -147,6 +166,7 @@ class Pool:
             conn.transport.abort()
             return
         if conn.closed:  # accepted, then closed before any request: unusable
+            self.owner.note_connect_failure("closed by the target before any request")
             self._fail_one_waiting(CONNECT)
             return
         self.all.add(conn)
@@ -247,11 +267,15 @@ class HttpTransport:
         self._sweeper: asyncio.TimerHandle | None = None
         self._t0 = 0
         self.closing = False
+        self.connect_failures: dict[str, int] = {}  # why connections failed, and how often
         # The engine calls ``send`` once per request: with one target it is the pool's own
         # dispatch, with no round-robin hop in between.
         self.send: Callable[[RecordBlock, int], None] = (
             self._pools[0].dispatch if len(self._pools) == 1 else self._send_round_robin
         )
+
+    def note_connect_failure(self, why: str) -> None:
+        self.connect_failures[why] = self.connect_failures.get(why, 0) + 1
 
     def ssl_context(self, target: Target) -> ssl.SSLContext | None:
         if not target.tls:

@@ -64,7 +64,7 @@ class RunOptions:
     timeout: str = "30s"
     connect_timeout: str = "5s"
     grace: str = "2s"
-    max_send_lag: str = "5ms"
+    max_send_lag: str | None = None  # a user bound; by default only flippable verdicts
     method: str | None = None
     header: list[str] = field(default_factory=list)
     body: str | None = None
@@ -73,6 +73,7 @@ class RunOptions:
     name: str | None = None
     insecure: bool = False
     progress: bool | None = None
+    label: str | None = None  # shown before the live line (a sweep step: "[2/5] 40/s")
     # OpenAI-compatible LLM endpoints (see tailwise.loadgen.openai)
     api: str | None = None
     model: str | None = None
@@ -110,7 +111,7 @@ class Prepared:
     timeout_ns: int
     connect_timeout_ns: int
     grace_ns: int
-    max_send_lag_ns: int
+    max_send_lag_ns: int | None
     method: str
     headers: list[tuple[str, str]]
     streaming: bool = False
@@ -253,7 +254,9 @@ def prepare(o: RunOptions) -> Prepared:
             o.connect_timeout, "--connect-timeout", allow_zero=False
         ),
         grace_ns=parse_duration_ns(o.grace, "--grace"),
-        max_send_lag_ns=parse_duration_ns(o.max_send_lag, "--max-send-lag", allow_zero=False),
+        max_send_lag_ns=parse_duration_ns(o.max_send_lag, "--max-send-lag", allow_zero=False)
+        if o.max_send_lag is not None
+        else None,
         method=method,
         headers=headers,
         streaming=streaming,

@@ -210,18 +210,35 @@ def _hand_over(
 
 
 class Progress:
-    """A live status line on stderr: elapsed, sent, in flight, errors, p99 of the last second.
+    """A live status line on stderr, once a second during the run.
 
+    ``  3.0/10s  rate 100/s -> 99.2/s  in flight 4  errors 0  send-lag p99 0.21ms  p99 12.3ms``:
+    elapsed of the planned window, the target rate against the send rate achieved over
+    the last second, requests in flight, errors so far, and over the requests completed
+    in the last second the send lag's p99 (the client's own lateness) and the latency's.
     The records pump shows it each slice of completions (:meth:`observe`), so the
     pump stays the only reader of the engine's completion log.
     """
 
-    def __init__(self, engine: Engine, total_s: float | None, stream: TextIO = sys.stderr) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        total_s: float | None,
+        stream: TextIO = sys.stderr,
+        *,
+        target_rps: float | None = None,
+        label: str = "",
+    ) -> None:
         self.engine = engine
         self.total_s = total_s
         self.stream = stream
+        self.target_rps = target_rps
+        self.label = label
         self._latency_ns: list[np.ndarray] = []  # successful requests since the last line
+        self._lag_ns: list[np.ndarray] = []  # send lag of requests completed since then
         self._errors = 0
+        self._sent_before = 0
+        self._at_ns = 0
 
     def observe(self, blocks: list[RecordBlock], seqs: list[int]) -> None:
         if not seqs:
@@ -233,21 +250,34 @@ class Progress:
             err = np.frombuffer(blk.error, dtype=np.int16)[loc]
             d = np.frombuffer(blk.done_ns, dtype=np.int64)[loc]
             s = np.frombuffer(blk.scheduled_ns, dtype=np.int64)[loc]
+            x = np.frombuffer(blk.sent_ns, dtype=np.int64)[loc]
             self._errors += int((err != 0).sum())
             self._latency_ns.append((d - s)[err == 0])
+            self._lag_ns.append((x - s)[x >= 0])
+
+    @staticmethod
+    def _p99_ms(parts: list[np.ndarray]) -> str:
+        values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return f"{nearest_rank(np.sort(values), 99.0) / 1e6:.2f}ms" if len(values) else "-"
+
+    def _rate(self) -> str:
+        e, now = self.engine, now_ns()
+        span_s = (now - max(self._at_ns, e.t0)) / 1e9
+        achieved = (e.sent - self._sent_before) / span_s if span_s > 0 else 0.0
+        self._sent_before, self._at_ns = e.sent, now
+        target = f"{self.target_rps:g}/s -> " if self.target_rps else ""
+        return f"rate {target}{achieved:.1f}/s"
 
     def line(self) -> str:
         e = self.engine
-        p99 = "-"
-        lat = np.concatenate(self._latency_ns) if self._latency_ns else np.zeros(0, np.int64)
-        self._latency_ns = []
-        if len(lat):
-            p99 = f"{nearest_rank(np.sort(lat), 99.0) / 1e6:.1f}ms"
+        p99, lag = self._p99_ms(self._latency_ns), self._p99_ms(self._lag_ns)
+        self._latency_ns, self._lag_ns = [], []
         elapsed = (now_ns() - e.t0) / 1e9
         total = f"/{self.total_s:.0f}s" if self.total_s else "s"
+        label = f"{self.label}  " if self.label else ""
         return (
-            f"  {max(elapsed, 0):5.1f}{total}  sent {e.sent:>8}  in flight {e.in_flight:>5}"
-            f"  errors {self._errors:>6}  p99 (last 1s) {p99:>9}"
+            f"  {label}{max(elapsed, 0):5.1f}{total}  {self._rate()}  in flight {e.in_flight:>5}"
+            f"  errors {self._errors:>6}  send-lag p99 {lag:>7}  p99 {p99:>9}"
         )
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -259,5 +289,5 @@ class Progress:
             self.stream.write(("\r" + text + "\x1b[K") if tty else text + "\n")
             self.stream.flush()
         if tty:
-            self.stream.write("\n")
+            self.stream.write("\r\x1b[K")  # the step's own line replaces it
             self.stream.flush()

@@ -46,7 +46,13 @@ import numpy as np
 
 from tailwise.errors import BadInput
 from tailwise.loadgen import scale_merge as merge
-from tailwise.loadgen.conclude import RunResult, no_interrupts, run_info, write_outputs
+from tailwise.loadgen.conclude import (
+    RunResult,
+    client_info,
+    no_interrupts,
+    run_info,
+    write_outputs,
+)
 from tailwise.loadgen.execute import WATCH_MIN_WINDOW_NS
 from tailwise.loadgen.prepare import Prepared, loss_watch, plan_window_end, run_json
 from tailwise.loadgen.scale_pool import LocalPool, Pool
@@ -264,9 +270,10 @@ class Driver:
         info.extra = {"workers": section}
         if p.streaming:
             info.extra.update(next((w.final["tokens"] for w in self.states if w.final), {}))
+        client_info(info, [w.final.get("client") if w.final else None for w in self.states])
         summary = summarize(records, info)
         write_outputs(
-            self.directory, records, summary, self.t0_unix_ns / 1e9, (p.warmup_ns, end_ns)
+            self.directory, records, summary, self.t0_unix_ns / 1e9, (p.warmup_ns, end_ns), info
         )
         self.write_run_json(section)
         shutil.rmtree(self.directory / "workers", ignore_errors=True)

@@ -44,7 +44,7 @@ import numpy as np
 
 from tailwise.clock import now_ns
 from tailwise.loadgen.attack import Engine
-from tailwise.loadgen.conclude import token_source
+from tailwise.loadgen.conclude import client_part, token_source
 from tailwise.loadgen.execute import Outcome, http_transport, run_engine
 from tailwise.loadgen.prepare import DEFAULT_MAX_IN_FLIGHT, Prepared, fd_budget, loss_watch
 from tailwise.loadgen.results import RecordSink
@@ -313,6 +313,7 @@ class PipeHooks:
             "tokens": token_source(out) if self.p.streaming else {},
             "slack_ns": self.slack_ns,
             "snapshot": last,
+            "client": client_part(out),
         }
 
 

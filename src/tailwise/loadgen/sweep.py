@@ -28,6 +28,9 @@ from tailwise.units import parse_rate_rps
 from tailwise.version import __version__
 
 SCHEMA = "tailwise.sweep/1"
+# Invalid steps that do not end a sweep or a knee search: the client's lag could have
+# decided this step's verdict, but the next, heavier step can still be judged.
+GO_ON_CAUSES = frozenset({"client"})
 RATES_FORM = "a comma-separated list of rates such as 10,20,40 or 10/s,20/s, or auto"
 AUTO_MAX_STEPS = 10
 
@@ -121,7 +124,7 @@ class Sweep:
             rate=None if users else f"{rate_rps:g}/s",
             concurrency=users,
             out=str(self.out_dir / f"step-{index + 1:02d}-{name}"),
-            progress=False,
+            label=f"[{index + 1}/{total}] {f'{users} users' if users else f'{rate_rps:g}/s'}",
         )
         self.on_step(index, total, rate_rps, None)
         prepared = prepare(opts)
@@ -135,7 +138,7 @@ class Sweep:
         s = step.summary
         if s.get("interrupted"):
             return f"interrupted at {step.rate_rps:g}/s"
-        if s["verdict"] == "invalid":
+        if s["verdict"] == "invalid" and s.get("verdict_cause") not in GO_ON_CAUSES:
             return f"stopped at {step.rate_rps:g}/s: {s['verdict_reason']}"
         return ""
 
@@ -224,18 +227,22 @@ def knee_trial(
             duration=f"{max(base_window_s, min_requests / rate_rps):.3f}s",
             stop_on_slo_loss=stop_early,
             out=str(out_dir / f"trial-{n:02d}-{_round_rate(rate_rps):g}rps"),
-            progress=False,
+            label=f"trial {n}: {rate_rps:.4g}/s",
         )
         prepared = prepare(opts)
         result = execute(prepared, run_directory(opts, prepared.targets[0]))
         s = result.summary
-        invalid = s["verdict_reason"] if s["verdict"] == "invalid" else ""
+        # A trial the client's lag could have decided is not shown to hold: the search
+        # goes on, counting it as a miss (the knee can only come out lower, never higher).
+        flipped = s.get("verdict_cause") in GO_ON_CAUSES
+        invalid = s["verdict_reason"] if s["verdict"] == "invalid" and not flipped else ""
         detail = {
             "goodput_rps": s["rates"]["goodput_rps"],
             "throughput_rps": s["rates"]["throughput_rps"],
             "attainment": s["rates"]["attainment"],
             "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
             "stopped_early": s.get("stopped_early"),
+            "client_could_flip": flipped,
             "directory": str(result.directory),
         }
         return Outcome(s["verdict"] == "pass", invalid, detail)

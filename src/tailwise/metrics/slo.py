@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ import numpy as np
 from tailwise.errors import BadInput
 from tailwise.metrics.derive import LLM_ONLY, METRICS
 from tailwise.metrics.percentiles import nearest_rank
-from tailwise.records import Records
+from tailwise.records import I64, Records
 from tailwise.units import parse_duration_ns, parse_fraction, parse_rate_rps
 
 SLO_FORM = (
@@ -45,6 +46,9 @@ _RATE_KEYS = {
     "throughput": "throughput_rps",
 }
 _RATE_DIRECTION = {"error_rate": "<=", "attainment": ">=", "goodput": ">=", "throughput": ">="}
+# Per-request values of a metric: the measured ones by default, or a bound of them
+# (tailwise.metrics.client judges every SLO on the server's lower and upper bound too).
+Values = Callable[[str], I64]
 
 
 @dataclass(frozen=True)
@@ -95,26 +99,41 @@ def _check_metric(metric: str, text: str) -> None:
         raise BadInput("--slo", text, f"a known metric ({', '.join(sorted(METRICS))})")
 
 
-def good_mask(r: Records, slos: list[SLO]) -> np.ndarray:
+def measured(r: Records) -> Values:
+    """The metrics as the client measured them."""
+    return lambda metric: METRICS[metric](r)
+
+
+def good_mask(r: Records, slos: list[SLO], values: Values | None = None) -> np.ndarray:
     """Requests that succeeded and met every per-request deadline."""
+    get = values or measured(r)
     good: np.ndarray = r.error == 0
     for s in slos:
         if s.kind == "deadline":
-            v = METRICS[s.metric](r)
+            v = get(s.metric)
             good &= (v >= 0) & (v <= s.threshold)
     return good
 
 
-def _miss_as_inf(r: Records, metric: str, rows: np.ndarray) -> np.ndarray:
-    v: np.ndarray = METRICS[metric](r)[rows].astype(np.float64)
+def _miss_as_inf(values: Values, metric: str, rows: np.ndarray) -> np.ndarray:
+    v: np.ndarray = values(metric)[rows].astype(np.float64)
     v[v < 0] = math.inf
     return v
 
 
 def evaluate(
-    r: Records, slos: list[SLO], rates: dict[str, float], window: np.ndarray
+    r: Records,
+    slos: list[SLO],
+    rates: dict[str, float],
+    window: np.ndarray,
+    values: Values | None = None,
 ) -> list[dict[str, Any]]:
-    """One ``slos`` entry of summary.json per SLO: spec, kind, value or attainment, passed."""
+    """One ``slos`` entry of summary.json per SLO: spec, kind, value or attainment, passed.
+
+    ``values`` judges on other per-request values than the measured ones (``rates``
+    must then be the rates those values give: goodput and attainment depend on them).
+    """
+    get = values or measured(r)
     n_window = int(window.sum())
     out: list[dict[str, Any]] = []
     for s in slos:
@@ -122,11 +141,11 @@ def evaluate(
         if s.implicit:
             entry["implicit"] = True
         if s.kind == "deadline":
-            good = good_mask(r, [s]) & window
+            good = good_mask(r, [s], get) & window
             att = float(good.sum()) / n_window if n_window else 0.0
             entry.update(attainment=att, target=s.target, passed=n_window > 0 and att >= s.target)
         elif s.kind == "objective":
-            value = _statistic(_miss_as_inf(r, s.metric, window), s.stat)
+            value = _statistic(_miss_as_inf(get, s.metric, window), s.stat)
             finite = math.isfinite(value)
             entry.update(
                 value=value / 1e6 if finite else None,

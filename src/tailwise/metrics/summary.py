@@ -21,13 +21,17 @@ from typing import Any
 import numpy as np
 
 from tailwise.metrics import derive
+from tailwise.metrics.client import ClientLag, bounds_view, receive_lag_ns
 from tailwise.metrics.littles import littles_law
 from tailwise.metrics.percentiles import distribution_ms, nearest_rank
 from tailwise.metrics.slo import SLO, evaluate, good_mask
+from tailwise.metrics.verdict import EXIT_CODES, Judged, Verdict, decide
 from tailwise.records import ERROR_KINDS, Records, category_of
 from tailwise.version import __version__
 
 SCHEMA = "tailwise.summary/1"
+CLIENT_CAUSES = frozenset({"client", "client_fds", "load_short"})
+__all__ = ["EXIT_CODES", "SCHEMA", "RunInfo", "summarize"]
 CATEGORIES = ("ok", "failed", "timed_out", "cancelled", "not_sent")
 
 
@@ -41,7 +45,7 @@ class RunInfo:
     arrival: dict[str, Any]
     window_ns: tuple[int, int]
     slos: list[SLO] = field(default_factory=list)
-    max_send_lag_ns: int = 5_000_000
+    max_send_lag_ns: int | None = None  # only the user's explicit --max-send-lag
     max_in_flight: int | None = None
     concurrency: int | None = None
     interrupted: bool = False
@@ -50,6 +54,9 @@ class RunInfo:
     rows_on_disk: int | None = None  # rows the records writer reported, when there is one
     llm: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    client_lag: ClientLag | None = None  # the load generator's receive-lag probe
+    client_load: dict[str, Any] | None = None  # cpu_s, cpu_share, load_avg_1m, cores
+    connect_failures: dict[str, int] = field(default_factory=dict)  # why connects failed
 
 
 def _counts(r: Records, rows: np.ndarray) -> dict[str, Any]:
@@ -86,36 +93,62 @@ def _rates(r: Records, info: RunInfo, good: np.ndarray) -> dict[str, float]:
     }
 
 
-def _generator(r: Records, info: RunInfo, rates: dict[str, float]) -> dict[str, Any]:
-    """Did the generator keep its schedule? Lag caused by the in-flight cap is excluded."""
+def _client(r: Records, info: RunInfo) -> dict[str, Any]:
+    """The client's own error: send lag, receive lag, the in-flight cap, its CPU and load.
+
+    ``send_lag_p99_ms`` covers every sent request (a wait for the in-flight cap is
+    client-side queueing, so it counts); ``send_lag_p99_uncapped_ms`` leaves the
+    cap-bound ones out, for the generator's own pacing alone.
+    """
     window = r.in_window
     capped_all = (r.capped > 0) if r.capped is not None else np.zeros(len(r), dtype=bool)
     rows = window & (r.sent_ns >= 0)
-    own = np.sort(derive.send_lag_ns(r)[rows & ~capped_all])
-    p99 = nearest_rank(own, 99.0) if len(own) else 0.0
+    lag = derive.send_lag_ns(r)
+    every = np.sort(lag[rows])
+    own = np.sort(lag[rows & ~capped_all])
+    recv = np.sort(receive_lag_ns(r, info.client_lag)[window & (r.done_ns >= 0)])
     n_window = int(window.sum())
     cap_bound = int((capped_all & window).sum())
-    cap_share = cap_bound / n_window if n_window else 0.0
-    behind = rates["achieved_send_rps"] < 0.99 * rates["offered_rps"] and cap_share < 0.01
-    too_late = info.mode == "open" and p99 > info.max_send_lag_ns
-    return {
+    p99_ns = nearest_rank(every, 99.0) if len(every) else 0.0
+    bound = info.max_send_lag_ns
+    out: dict[str, Any] = {
         "max_in_flight": info.max_in_flight,
         "cap_bound": cap_bound,
-        "cap_bound_share": cap_share,
-        "send_lag_p99_uncapped_ms": p99 / 1e6,
-        "max_send_lag_ms": info.max_send_lag_ns / 1e6,
-        "saturated": bool(info.mode == "open" and (too_late or behind)),
-        "reason": (
-            f"send-lag p99 {p99 / 1e6:.2f} ms > bound {info.max_send_lag_ns / 1e6:g} ms"
-            if too_late
-            else (
-                f"achieved {rates['achieved_send_rps']:.1f}/s of offered "
-                f"{rates['offered_rps']:.1f}/s"
-                if behind and info.mode == "open"
-                else ""
-            )
-        ),
+        "cap_bound_share": cap_bound / n_window if n_window else 0.0,
+        "send_lag_p99_ms": p99_ns / 1e6,
+        "send_lag_p99_uncapped_ms": (nearest_rank(own, 99.0) if len(own) else 0.0) / 1e6,
+        "recv_lag_measured": info.client_lag is not None,
+        "recv_lag_p99_ms": (nearest_rank(recv, 99.0) if len(recv) else 0.0) / 1e6,
+        "recv_lag_max_ms": (float(recv[-1]) if len(recv) else 0.0) / 1e6,
+        "max_send_lag_ms": bound / 1e6 if bound is not None else None,
+        "over_max_send_lag": bool(info.mode == "open" and bound is not None and p99_ns > bound),
     }
+    out.update(info.client_load or {})
+    return out
+
+
+def _judge_bounds(
+    r: Records, info: RunInfo, slos: list[dict[str, Any]], window: np.ndarray
+) -> list[Judged]:
+    """Each SLO judged again on the server's lower and upper bound (metrics.client)."""
+    lower_values, upper_values = bounds_view(r, info.client_lag)
+    judged: list[list[dict[str, Any]]] = []
+    for values in (lower_values, upper_values):
+        rates = _rates(r, info, good_mask(r, info.slos, values))
+        judged.append(evaluate(r, info.slos, rates, window, values))
+    out = []
+    for entry, lower, upper in zip(slos, judged[0], judged[1], strict=True):
+        entry["server_bound"] = {
+            "lower": _judged_value(lower),
+            "upper": _judged_value(upper),
+            "client_could_flip": bool(lower["passed"]) != bool(upper["passed"]),
+        }
+        out.append(Judged(entry["spec"], entry, lower, upper))
+    return out
+
+
+def _judged_value(entry: dict[str, Any]) -> Any:
+    return entry["attainment"] if entry["kind"] == "deadline" else entry.get("value")
 
 
 def _llm_sections(
@@ -178,23 +211,17 @@ def _check_accounting(r: Records, info: RunInfo, requests: dict[str, Any]) -> No
         requests["accounting_note"] = f"{lost} requests were never closed by the engine"
 
 
-def _verdict(
-    info: RunInfo, requests: dict[str, Any], gen: dict[str, Any], slos: list[dict[str, Any]]
-) -> tuple[str, str]:
+def _preliminary(info: RunInfo, requests: dict[str, Any]) -> Verdict | None:
+    """What makes a run invalid before any SLO is looked at."""
     if info.interrupted:
-        return "invalid", f"interrupted{': ' + info.interrupt_note if info.interrupt_note else ''}"
+        note = f": {info.interrupt_note}" if info.interrupt_note else ""
+        return Verdict("invalid", f"interrupted{note}", "interrupted")
     if not requests["accounted"]:
-        return "invalid", "accounting mismatch: " + requests.get("accounting_note", "")
+        note = requests.get("accounting_note", "")
+        return Verdict("invalid", "accounting mismatch: " + note, "accounting")
     if requests["scheduled"] == 0:
-        return "invalid", "no request was scheduled inside the measurement window"
-    if gen["saturated"]:
-        return "invalid", f"generator saturated: {gen['reason']}"
-    if info.stopped_early:
-        return "fail", f"SLO lost, stopped early: {info.stopped_early}"
-    failed = [s["spec"] for s in slos if not s["passed"]]
-    if failed:
-        return "fail", "SLO failed: " + "; ".join(failed)
-    return "pass", f"all {len(slos)} SLOs met" if slos else "no SLO given"
+        return Verdict("invalid", "no request was scheduled inside the measurement window", "empty")
+    return None
 
 
 def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
@@ -207,9 +234,21 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
     requests = _counts(r, window)
     requests["warmup"] = _counts(r, ~window)
     _check_accounting(r, info, requests)
-    gen = _generator(r, info, rates)
+    client = _client(r, info)
     slos = evaluate(r, info.slos, rates, window)
-    verdict, reason = _verdict(info, requests, gen, slos)
+    judged = _judge_bounds(r, info, slos, window)
+    v = decide(
+        preliminary=_preliminary(info, requests),
+        requests=requests,
+        rates=rates,
+        client=client,
+        judged=judged,
+        open_loop=info.mode == "open",
+        stopped_early=info.stopped_early,
+        connect_failures=info.connect_failures,
+    )
+    client["saturated"] = v.cause in CLIENT_CAUSES
+    client["reason"] = v.reason if client["saturated"] else ""
     sent_window = window & (r.sent_ns >= 0)
     summary: dict[str, Any] = {
         "schema": SCHEMA,
@@ -230,11 +269,13 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
         "tokens": None,
         "littles_law": littles_law(r, start, end),
         "slos": slos,
-        "verdict": verdict,
-        "verdict_reason": reason,
+        "verdict": v.verdict,
+        "verdict_reason": v.reason,
+        "verdict_cause": v.cause or None,
+        "verdict_hint": v.hint or None,
         "interrupted": info.interrupted,
         "stopped_early": info.stopped_early or None,
-        "generator": gen,
+        "generator": client,
     }
     if info.llm:
         start, end = info.window_ns
@@ -260,6 +301,3 @@ def _finite(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
-
-
-EXIT_CODES = {"pass": 0, "fail": 1, "invalid": 3}

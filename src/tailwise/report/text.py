@@ -25,7 +25,12 @@ _COLS = (
     ("max", "max"),
     ("mean", "mean"),
 )
-_VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "invalid": "bold yellow"}
+_VERDICT_STYLE = {
+    "pass": "bold green",
+    "fail": "bold red",
+    "invalid": "bold yellow",
+    "inconclusive": "bold magenta",
+}
 
 
 def _ms(v: float | None) -> str:
@@ -107,11 +112,8 @@ def _checks(s: dict[str, Any]) -> Text:
         f"Little    L={ll['l_measured']:.2f} in system vs λW={ll['lambda_w']:.2f} "
         f"(gap {100 * ll['rel_gap']:.2f}%)"
     )
-    if s["mode"] == "open" and s.get("source") != "sim":  # a simulation sends on time
-        t.append(
-            f"\ngenerator send-lag p99 {g['send_lag_p99_uncapped_ms']:.3f}ms "
-            f"(bound {g['max_send_lag_ms']:g}ms)"
-        )
+    if s.get("source") != "sim":  # a simulation sends and reads on time
+        t.append("\n" + _client_line(s))
         if g["cap_bound"]:
             t.append(
                 f"; in-flight cap {g['max_in_flight']} bound {g['cap_bound']} times "
@@ -133,12 +135,46 @@ def _checks(s: dict[str, Any]) -> Text:
                 else f"{value:.1f}/s"
             )
         t.append(f"{slo['spec']:<28} {shown}" + ("  (default)" if slo.get("implicit") else ""))
+        bound = slo.get("server_bound") or {}
+        if bound.get("client_could_flip"):
+            t.append(
+                f"  server's share {_bound_text(slo, bound['lower'])}: the client decides", "yellow"
+            )
     return t
+
+
+def _client_line(s: dict[str, Any]) -> str:
+    """The client's own error, and whether it could change any verdict."""
+    g = s["generator"]
+    parts = [f"send-lag p99 {g['send_lag_p99_ms']:.2f}ms"]
+    if g.get("recv_lag_measured"):
+        parts.append(f"receive-lag p99 {g['recv_lag_p99_ms']:.2f}ms")
+    if g.get("cpu_share") is not None:
+        parts.append(f"CPU {100 * g['cpu_share']:.0f}% of a core")
+    if g.get("load_avg_1m") is not None:
+        parts.append(f"load {g['load_avg_1m']:.1f}/{g['cores']} cores")
+    flips = [x["spec"] for x in s["slos"] if (x.get("server_bound") or {}).get("client_could_flip")]
+    verdict = f"could flip {', '.join(flips)}" if flips else "could not flip any verdict"
+    if g.get("max_send_lag_ms") is not None:
+        verdict += f"; --max-send-lag {g['max_send_lag_ms']:g}ms"
+    return "client    " + ", ".join(parts) + f": {verdict}"
+
+
+def _bound_text(slo: dict[str, Any], value: Any) -> str:
+    if value is None:
+        return "unbounded"
+    if slo["kind"] == "deadline":
+        return f"attainment {100 * value:.2f}%"
+    if slo["kind"] == "objective":
+        return _ms(value)
+    return f"{value:.4g}"
 
 
 def render(s: dict[str, Any], directory: str | None = None) -> Group:
     verdict = Text(f"verdict   {s['verdict'].upper()}", _VERDICT_STYLE[s["verdict"]])
     verdict.append(f"  {s['verdict_reason']}")
+    if s.get("verdict_hint"):
+        verdict.append(f"\nhint      {s['verdict_hint']}", "dim")
     parts: list[Any] = [
         _header(s),
         _accounting(s),

@@ -1,0 +1,206 @@
+"""The run's verdict, and its real cause when it is not the server's result.
+
+The rule (DESIGN invariant 3), in the order applied:
+
+1. **invalid**: the run was interrupted, its accounting does not hold, or no
+   request was scheduled in its window.
+2. **invalid, target unreachable** (its own exit code, 6): requests were sent
+   but none reached a server: every one failed to connect (refused, no route,
+   no name, TLS). Never called a generator problem.
+3. **invalid, client out of file descriptors**: connections failed with
+   EMFILE/ENFILE: the client, not the target, ran out.
+4. **invalid, client over ``--max-send-lag``**: only when the user set that
+   bound explicitly (there is no default bound).
+5. **fail**: the run stopped early on a certainly lost SLO, or an SLO failed on
+   the server's *lower* bound (:mod:`tailwise.metrics.client`): whatever the
+   client's lag, the server missed it.
+6. **invalid, client lag could flip**: an SLO passes on the server's lower
+   bound but fails on its upper bound: the client's own lateness (send lag,
+   receive lag) is large enough to decide it. The reason names the SLO, both
+   values, the client's lag, its CPU use and the machine's load.
+7. **invalid, load fell short**: every SLO passed, but the load that reached
+   the server fell short of the plan (achieved send rate under 99% of offered,
+   in open loop): a pass at less load than planned proves nothing. A failure at
+   less load than planned stands (rule 5), as more load can only make it worse.
+8. **pass**.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+UNREACHABLE_KINDS = frozenset({"connect", "tls"})
+FD_EXHAUSTED = ("too many open files",)
+SHORT_SEND_SHARE = 0.99  # achieved send rate below this share of offered: load fell short
+EXIT_CODES = {"pass": 0, "fail": 1, "invalid": 3, "inconclusive": 5}
+CAUSE_EXIT_CODES = {"target_unreachable": 6}
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One SLO judged three ways: as measured, and on the server's lower and upper bound."""
+
+    spec: str
+    measured: dict[str, Any]
+    lower: dict[str, Any]
+    upper: dict[str, Any]
+
+    @property
+    def certain_fail(self) -> bool:
+        return not self.lower["passed"]
+
+    @property
+    def flippable(self) -> bool:
+        return bool(self.lower["passed"]) != bool(self.upper["passed"])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str  # pass | fail | invalid | inconclusive
+    reason: str
+    cause: str = ""  # why a run is invalid: client, target_unreachable, load_short, ...
+    hint: str = ""
+
+
+def exit_code(summary: dict[str, Any]) -> int:
+    """The CLI's exit code for a summary: by verdict, or by cause where one has its own."""
+    cause = summary.get("verdict_cause") or ""
+    return CAUSE_EXIT_CODES.get(cause, EXIT_CODES.get(summary["verdict"], 3))
+
+
+def _value_text(entry: dict[str, Any]) -> str:
+    if entry.get("kind") == "deadline":
+        return f"attainment {100 * entry['attainment']:.2f}%"
+    value = entry.get("value")
+    if value is None:
+        return "unbounded"
+    return f"{value:.3g} {entry['unit']}" if entry.get("unit") else f"{value:.4g}"
+
+
+def _errors_text(requests: dict[str, Any]) -> str:
+    errors = sorted(requests["errors"].items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {n}" for k, n in errors[:3])
+
+
+def _unreachable(requests: dict[str, Any], connect_failures: dict[str, int]) -> Verdict | None:
+    kinds = requests["errors"]
+    failed = sum(n for k, n in kinds.items() if k in UNREACHABLE_KINDS)
+    if requests["sent"] == 0 or requests["ok"] or failed < requests["sent"]:
+        return None
+    why = max(connect_failures.items(), key=lambda kv: kv[1])[0] if connect_failures else ""
+    if any(why.lower().startswith(f) for f in FD_EXHAUSTED):
+        return None  # the client's limit, not the target: see _fd_exhausted
+    detail = f" ({why})" if why else ""
+    return Verdict(
+        "invalid",
+        f"target unreachable{detail}: none of {requests['sent']} requests could connect",
+        "target_unreachable",
+        "check the URL and that the server is listening on that address",
+    )
+
+
+def _fd_exhausted(connect_failures: dict[str, int]) -> Verdict | None:
+    n = sum(v for k, v in connect_failures.items() if k.lower().startswith(FD_EXHAUSTED))
+    if not n:
+        return None
+    return Verdict(
+        "invalid",
+        f"client out of file descriptors: {n} connections could not be opened",
+        "client_fds",
+        "raise the open-file limit (ulimit -n) or lower --max-in-flight",
+    )
+
+
+def _client_text(client: dict[str, Any]) -> str:
+    parts = [
+        f"send-lag p99 {client['send_lag_p99_ms']:.2f} ms",
+        f"receive-lag p99 {client['recv_lag_p99_ms']:.2f} ms",
+    ]
+    if client.get("cpu_share") is not None:
+        parts.append(f"client CPU {100 * client['cpu_share']:.0f}% of a core")
+    if client.get("load_avg_1m") is not None:
+        parts.append(f"load {client['load_avg_1m']:.1f} on {client['cores']} cores")
+    return ", ".join(parts)
+
+
+def _flipped(judged: list[Judged], client: dict[str, Any]) -> Verdict:
+    j = next(j for j in judged if j.flippable)
+    busy = (client.get("cpu_share") or 0.0) >= 0.9
+    starved = (client.get("load_avg_1m") or 0.0) > (client.get("cores") or 1)
+    if busy:
+        hint = "the client used a whole core: spread the load with --workers N"
+    elif starved:
+        hint = "the machine is busier than its cores: stop other work, or use --workers N"
+    else:
+        hint = "the client's lateness is close to the SLO's margin: rerun, or use --workers N"
+    return Verdict(
+        "invalid",
+        f"client lag could flip {j.spec}: measured {_value_text(j.upper)}, "
+        f"server's share {_value_text(j.lower)} ({_client_text(client)})",
+        "client",
+        hint,
+    )
+
+
+def _failed(judged: list[Judged], requests: dict[str, Any]) -> Verdict:
+    specs = [j.spec for j in judged if j.certain_fail]
+    reason = "SLO failed: " + "; ".join(specs)
+    if requests["scheduled"] and requests["ok"] == 0 and requests["errors"]:
+        reason += f" (every request failed: {_errors_text(requests)})"
+    elif (
+        any(j.measured.get("kind") == "rate" for j in judged if j.certain_fail)
+        and requests["errors"]
+    ):
+        reason += f" (errors: {_errors_text(requests)})"
+    return Verdict("fail", reason)
+
+
+def _short(rates: dict[str, float], client: dict[str, Any]) -> Verdict:
+    capped = client.get("cap_bound_share") or 0.0
+    why = f"; the in-flight cap held back {100 * capped:.1f}% of requests" if capped else ""
+    return Verdict(
+        "invalid",
+        f"load fell short of the plan: sent {rates['achieved_send_rps']:.1f}/s of "
+        f"{rates['offered_rps']:.1f}/s offered{why}",
+        "load_short",
+        "a pass at less load than planned proves nothing: raise --max-in-flight or use --workers N",
+    )
+
+
+def decide(
+    *,
+    preliminary: Verdict | None,
+    requests: dict[str, Any],
+    rates: dict[str, float],
+    client: dict[str, Any],
+    judged: list[Judged],
+    open_loop: bool,
+    stopped_early: str,
+    connect_failures: dict[str, int],
+) -> Verdict:
+    """Apply the rule of this module's docstring, in order."""
+    for check in (
+        preliminary,
+        _unreachable(requests, connect_failures),
+        _fd_exhausted(connect_failures),
+    ):
+        if check is not None:
+            return check
+    if client.get("over_max_send_lag"):
+        return Verdict(
+            "invalid",
+            f"send-lag p99 {client['send_lag_p99_ms']:.2f} ms > --max-send-lag "
+            f"{client['max_send_lag_ms']:g} ms",
+            "client",
+            "the bound is yours: raise it, or spread the load with --workers N",
+        )
+    if stopped_early:
+        return Verdict("fail", f"SLO lost, stopped early: {stopped_early}")
+    if any(j.certain_fail for j in judged):
+        return _failed(judged, requests)
+    if any(j.flippable for j in judged):
+        return _flipped(judged, client)
+    if open_loop and rates["achieved_send_rps"] < SHORT_SEND_SHARE * rates["offered_rps"]:
+        return _short(rates, client)
+    return Verdict("pass", f"all {len(judged)} SLOs met" if judged else "no SLO given")
