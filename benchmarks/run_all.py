@@ -16,6 +16,7 @@ BENCHMARKS = [
     ["instrument_overhead.py", "--write-docs"],
     ["scale_local.py", "--write-docs"],
     ["reliability_table.py", "--write-docs"],
+    ["ci_coverage.py", "--write-docs"],  # about four minutes on two cores
     ["soak.py", "--write-docs"],  # ten minutes
 ]
 
