@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from tailwise.cli import main
@@ -15,3 +18,18 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     code = exited.value.code
     assert isinstance(code, int)
     return code, out, err
+
+
+def wait_until_sending(out_dir: Path, timeout_s: float = 60.0) -> None:
+    """Block until a ``tailwise run`` in a subprocess has started its clock.
+
+    A fixed sleep after Popen measures the machine, not tailwise: on a busy 2-core
+    machine the child's imports alone took over a second, and a signal sent "1.5 s
+    into the run" arrived before the first request. ``run.json`` is written just
+    before the records writer starts and the clock follows it within ~20 ms.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not (out_dir / "run.json").exists() or not (out_dir / "records.jsonl").exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the run in {out_dir} did not start in {timeout_s:g} s")
+        time.sleep(0.05)

@@ -23,6 +23,7 @@ from tailwise.errors import BadInput
 from tailwise.loadgen import results
 from tailwise.loadgen.runner import RunOptions, execute, prepare
 from tailwise.loadgen.transport import FakeTransport
+from tests.clirun import wait_until_sending
 
 Loopback = Callable[..., str]
 MS = 1_000_000
@@ -194,7 +195,8 @@ def test_ctrl_c_while_sending_waits_one_grace(loopback: Loopback, tmp_path: Path
             str(tmp_path / "r"),
         ]
     )
-    time.sleep(1.5)
+    wait_until_sending(tmp_path / "r")
+    time.sleep(1.0)  # 50 requests hang, in flight
     t = time.monotonic()
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=20) == 3

@@ -21,6 +21,7 @@ from tailwise.metrics.client import CLIENT_FILE, read_client_doc
 from tailwise.metrics.histogram import merged, read_hlog
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.records import read_jsonl
+from tests.clirun import wait_until_sending
 
 Loopback = Callable[..., str]
 
@@ -48,8 +49,11 @@ def test_coordinated_omission_open_vs_capped_vs_closed(loopback: Loopback, tmp_p
         url, rate="1000/s", arrival="constant", duration="4s", out=str(tmp_path / "o")
     )
     lat = open_.summary["latency_ms"]
-    assert lat["p99"] == pytest.approx(truth_p99, rel=0.05)
-    assert lat["p95"] == pytest.approx(truth_p95, rel=0.05)
+    # Nothing can make the stall look shorter: the lower side is tight. The upper side
+    # allows for a busy machine, where the server answers and the client reads late by
+    # their own scheduling delays (+7.5% at p95 beside two CPU burners).
+    assert truth_p99 * 0.95 <= lat["p99"] <= truth_p99 * 1.15
+    assert truth_p95 * 0.95 <= lat["p95"] <= truth_p95 * 1.15
     assert lat["p50"] < 8.0
     assert open_.summary["requests"]["ok"] == 4000
 
@@ -64,7 +68,11 @@ def test_coordinated_omission_open_vs_capped_vs_closed(loopback: Loopback, tmp_p
     cs = capped.summary
     assert cs["generator"]["cap_bound"] > 100
     assert cs["send_lag_ms"]["p99"] > 50  # the client-side wait is visible ...
-    assert cs["latency_ms"]["p99"] == pytest.approx(truth_p99, rel=0.05)  # ... and inside latency
+    # ... and inside latency. The truth counts the stall's wait only; past it the 200
+    # queued requests drain through 20 slots, which takes longer when other work holds
+    # the cores (measured +11% beside two CPU burners): the wait is never hidden (the
+    # lower side stays tight), and the drain may add to it.
+    assert truth_p99 * 0.95 <= cs["latency_ms"]["p99"] <= truth_p99 * 1.25
     assert cs["requests"]["accounted"] and cs["verdict"] != "invalid"
 
     closed = tailwise.run(url, concurrency=5, duration="4s", out=str(tmp_path / "k"))
@@ -341,7 +349,8 @@ def test_sigterm_mid_run_keeps_everything(loopback: Loopback, tmp_path: Path) ->
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(2.0)
+    wait_until_sending(out)
+    time.sleep(1.5)  # ~300 requests
     t_kill = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=20)

@@ -108,6 +108,9 @@ def test_each_verdict_and_cause() -> None:
         requests=_requests(ok=0, errors={"http_5xx": 10}), judged=[_judged(False, False)]
     )
     assert every.verdict == "fail" and "every request failed: http_5xx 10" in every.reason
+    assert "see its logs" in every.hint
+    resets = _decide(requests=_requests(ok=9, errors={"reset": 1}), judged=[_judged(False, False)])
+    assert "keep-alive" in resets.hint
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,10 @@ class Engine:
         # Run-relative instant of the next send, while the pacer is waiting for it;
         # NEVER_NS while it runs, is behind schedule, or has finished.
         self.next_due_ns = NEVER_NS
+        # Run-relative instant stop() closed the plan (None: it ran to its end). The
+        # window ends here, not where the loop next got round to noticing: on a busy
+        # machine that came 0.2 s later, and the rows due in between were never booked.
+        self.stopped_rel_ns: int | None = None
 
     def on_done(self, block: RecordBlock, j: int) -> None:
         self.in_flight -= 1
@@ -95,6 +99,8 @@ class Engine:
 
     def stop(self) -> None:
         """Stop sending now (interruption). Requests not yet due are not part of the run."""
+        if self.stopped_rel_ns is None and not self.finished_sending.is_set():
+            self.stopped_rel_ns = now_ns() - self.t0
         self.stopping = True
         self.give_up_queue("not_sent:interrupted")
         self.finished_sending.set()
@@ -261,7 +267,8 @@ class OpenLoop(Engine):
         """Interrupted: rows already due but not sent become ``not_sent:interrupted``;
         rows not yet due are dropped from the plan (they were never due)."""
         if self._block is not None and not self.finished_sending.is_set():
-            self._close_plan(now_ns() - self.t0)
+            self.stopped_rel_ns = now_ns() - self.t0
+            self._close_plan(self.stopped_rel_ns)
         self._building = None
         super().stop()
         if self._waker is not None:

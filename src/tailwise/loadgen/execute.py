@@ -215,7 +215,7 @@ async def _execute(
         tasks.append(loop.create_task(_watch_loop(watch, engine, t0, stop_io, on_loss)))
     sending = asyncio.ensure_future(engine.finished_sending.wait())
     await asyncio.wait([sending], return_when=asyncio.FIRST_COMPLETED)
-    stopped_at = now_ns() - t0
+    stopped_at = engine.stopped_rel_ns if engine.stopped_rel_ns is not None else now_ns() - t0
     await _drain(engine, p, interrupted, hard_stop)
     probe.stop()
     engine.end("not_sent:interrupted" if interrupted.is_set() else "not_sent:ended")

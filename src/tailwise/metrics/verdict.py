@@ -153,7 +153,25 @@ def _failed(judged: list[Judged], requests: dict[str, Any]) -> Verdict:
         and requests["errors"]
     ):
         reason += f" (errors: {_errors_text(requests)})"
-    return Verdict("fail", reason)
+    return Verdict("fail", reason, "", _failure_hint(requests))
+
+
+def _failure_hint(requests: dict[str, Any]) -> str:
+    """What the most common error says about the target, when there are errors."""
+    errors = requests["errors"]
+    if not errors:
+        return ""
+    kind = max(errors.items(), key=lambda kv: kv[1])[0]
+    hints = {
+        "reset": "the target closed or reset connections mid-request: check its keep-alive "
+        "and connection limits, or its logs",
+        "timeout": "requests outlived --timeout: the target is overloaded or stuck",
+        "http_5xx": "the target answered with server errors: see its logs",
+        "http_4xx": "the target refused the requests (4xx): check the URL, --model, "
+        "headers and body",
+        "truncated": "streams ended without a finish: the target cut them short",
+    }
+    return hints.get(kind, "")
 
 
 def _short(rates: dict[str, float], client: dict[str, Any]) -> Verdict:
