@@ -39,8 +39,9 @@ def summary(
     """A 2 s constant-rate run at ``rate``/s where every ok request takes ``lat_ms``.
 
     ``errors_every=k`` makes every k-th request a reset; ``lag_ms`` delays every
-    send (over the run's explicit ``--max-send-lag`` of 5 ms, the run is invalid); ``llm=(ttft_ms, tpot_ms)`` gives each
-    request 11 output tokens, its first at ``ttft_ms`` and then one per ``tpot_ms``.
+    send (over the run's explicit ``--max-send-lag`` of 5 ms, the run is invalid);
+    ``llm=(ttft_ms, tpot_ms)`` gives each request 11 output tokens, its first at
+    ``ttft_ms`` and then one per ``tpot_ms``.
     """
     n = 2 * rate
     sched = np.arange(n, dtype=np.int64) * (S // rate)
