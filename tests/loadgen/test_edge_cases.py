@@ -265,3 +265,11 @@ print(before, size(), got, capped, small, fds == sorted(os.listdir('/proc/self/f
     before, after, got, capped, small = (int(x) for x in out[:5])
     assert before < 3000 <= after and got == 3000
     assert capped == 200 and small == 130 and out[5] == "True"
+
+
+def test_a_single_request_has_the_plans_gap_as_its_window(tmp_path: Path) -> None:
+    """One request at 1/s: a 1 s window and 1/s offered, not 1 ns and 1e9/s (red-team case)."""
+    s = fake(tmp_path, 1.0, rate="1/s", arrival="constant", requests=1).summary
+    assert s["window"]["duration_s"] == pytest.approx(1.0)
+    assert s["rates"]["offered_rps"] == pytest.approx(1.0)
+    assert s["verdict"] == "pass", s["verdict_reason"]

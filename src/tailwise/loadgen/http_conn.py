@@ -22,6 +22,7 @@ from tailwise.records import RecordBlock, error_code
 OK, HTTP_4XX, HTTP_5XX = error_code(""), error_code("http_4xx"), error_code("http_5xx")
 RESET, PROTOCOL, TIMEOUT = error_code("reset"), error_code("protocol"), error_code("timeout")
 CONNECT = error_code("connect")
+HEAD_MAX_BYTES = 65_536  # how much of a response is kept to read its headers at a close
 
 
 class StreamOwner(Protocol):
@@ -91,7 +92,8 @@ class Conn(asyncio.Protocol):
         self.nbytes = 0
         self.closed = False
         self.t_last = 0  # run-relative ns of the latest chunk
-        self.head: bytes | None = None  # first chunk of the current response (see connection_lost)
+        # The current response's first bytes, up to its header end (see connection_lost).
+        self.head: bytes | None = None
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -106,12 +108,16 @@ class Conn(asyncio.Protocol):
         if self.first:
             self.first = False
             block.first_byte_ns[self.j] = t
-        if self.head is None:
+        head = self.head
+        if head is None:
             self.head = data
+        elif len(head) < HEAD_MAX_BYTES and b"\r\n\r\n" not in head:
+            self.head = head + data  # headers split across reads (rare): see ends_at_close
         self.nbytes += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            # Unparsable, or a protocol switch nobody asked for: not an HTTP answer.
             self.fail(PROTOCOL)
             self.transport.abort()
 
@@ -122,7 +128,11 @@ class Conn(asyncio.Protocol):
         j = self.j
         parser = self.parser
         status = parser.get_status_code()
-        if 100 <= status < 200 and status != 101:
+        if status == 101:  # Switching Protocols, unasked: what follows is not HTTP
+            self.fail(PROTOCOL)
+            self.transport.abort()
+            return
+        if 100 <= status < 200:
             self.head = None  # an interim response; the final one follows on this connection
             return
         block.done_ns[j] = self.t_last

@@ -13,6 +13,7 @@ _TRUNCATED, _STREAM_ERROR, _MALFORMED, _TOO_LARGE = (
     error_code("malformed_chunk"),
     error_code("too_large"),
 )
+_NOT_A_STREAM = error_code("not_a_stream")
 # Bounds on what one stream may hold in memory. A plain response is never buffered
 # (only its length is counted), but a stream keeps its unfinished event and one
 # arrival time per content chunk. An event over 4 MiB, or over 2^18 content chunks
@@ -35,6 +36,7 @@ class StreamConn(Conn):
 
     __slots__ = (
         "chunks",
+        "events",
         "finished",
         "prompt_tokens",
         "sse",
@@ -50,6 +52,7 @@ class StreamConn(Conn):
     def reset_stream(self) -> None:
         self.sse = SSEParser()
         self.chunks: list[int] = []
+        self.events = 0  # events that were an answer's part (not [DONE], not an error)
         self.finished = False
         self.stream_err = 0
         self.usage_tokens: int | None = None
@@ -62,6 +65,8 @@ class StreamConn(Conn):
             return
         for etype, data in self.sse.feed(body):
             c = classify(data, etype)
+            if not c.done and c.error is None:
+                self.events += 1
             if c.text:
                 if not self.chunks:
                     block.first_token_ns[self.j] = self.t_last
@@ -109,6 +114,10 @@ class StreamConn(Conn):
                 block.error[self.j] = self.stream_err
             elif not self.finished or self.sse.close():
                 block.error[self.j] = _TRUNCATED
+            elif not self.events:
+                # A [DONE] after nothing the stream format knows (lines without ``data:``,
+                # or none at all): not an answer with zero tokens, an answer of another kind.
+                block.error[self.j] = _NOT_A_STREAM
         super().on_message_complete()
 
     def fail(self, code: int) -> None:

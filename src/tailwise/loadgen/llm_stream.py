@@ -51,6 +51,13 @@ def classify(data: str, event_type: str = "message") -> Chunk:
         return Chunk(error=MALFORMED)
     if event_type == "error" or "error" in obj or obj.get("object") == "error":
         return Chunk(error=_error_message(obj))
+    try:
+        return _shape(obj)
+    except _NotACount:
+        return Chunk(error=MALFORMED)
+
+
+def _shape(obj: dict[str, Any]) -> Chunk:
     choices = obj.get("choices")
     if isinstance(choices, list):
         return _openai(obj, choices)
@@ -75,8 +82,21 @@ def _usage(obj: dict[str, Any]) -> tuple[int | None, int | None]:
     return _int(u.get("prompt_tokens")), _int(u.get("completion_tokens"))
 
 
+# A token count a server may report: anything else (negative, 1e23) is not a count, and
+# would overflow the records' int64 columns: the event is malformed, the run goes on.
+MAX_TOKEN_COUNT = (1 << 31) - 1
+
+
+class _NotACount(ValueError):
+    pass
+
+
 def _int(v: object) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    if not isinstance(v, int) or isinstance(v, bool):
+        return None
+    if not 0 <= v <= MAX_TOKEN_COUNT:
+        raise _NotACount(v)
+    return v
 
 
 def _text(v: object) -> str:

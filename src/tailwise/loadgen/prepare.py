@@ -316,9 +316,21 @@ def plan_window_end(p: Prepared, rows: int, last_scheduled_ns: int) -> int:
     count_ran_out = p.max_count is not None and n >= p.max_count
     if p.horizon_ns is not None and not count_ran_out:
         return p.horizon_ns
-    # Count-bounded: the window closes one mean gap after the last intended instant.
-    end = last + (last // max(n - 1, 1) if n > 1 else 1)
+    # Count-bounded: the window closes one mean gap after the last intended instant. With
+    # fewer than two rows (or all at one instant) there is no observed gap: the plan's own
+    # rate gives it (one request at 1/s: a 1 s window, not 1 ns and "1e9/s offered").
+    gap = last // (n - 1) if n > 1 else 0
+    if gap <= 0:
+        gap = _nominal_gap_ns(p)
+    end = last + gap
     return min(end, p.horizon_ns) if p.horizon_ns is not None else end
+
+
+def _nominal_gap_ns(p: Prepared) -> int:
+    rate = p.schedule.describe().get("rate_rps") if p.schedule is not None else None
+    if isinstance(rate, int | float) and rate > 0:
+        return max(int(1e9 / rate), 1)
+    return 1_000_000_000  # no rate to go by (a trace, stages): one second
 
 
 def loss_watch(p: Prepared) -> LossWatch | None:

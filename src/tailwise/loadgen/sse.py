@@ -86,7 +86,7 @@ class SSEParser:
             value = value[1:]
         if field == b"data":
             self._data.append(value)
-            self._held += len(value)
+            self._held += len(value) + 1  # its line end: endless empty data lines are bounded
         elif field == b"event":
             self._event = value
         elif field == b"id" and b"\0" not in value:

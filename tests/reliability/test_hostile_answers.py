@@ -1,0 +1,189 @@
+"""Answers a hostile or broken server sends: each becomes an error kind in the record, never an
+exception, and the run ends with its summary (regressions from the red-team issue).
+
+Each test serves scripted raw bytes from a small asyncio server on 127.0.0.1, in a
+thread of the test process; every connection gets the same answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import tailwise
+from tailwise.loadgen.llm_stream import MALFORMED, classify
+from tailwise.loadgen.sse import SSEParser
+
+Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
+
+
+async def _read_head(reader: asyncio.StreamReader) -> None:
+    head = await reader.readuntil(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            await reader.readexactly(int(line.split(b":")[1]))
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Callable[[Answer], str]]:
+    """``raw_server(answer)`` -> base URL; ``answer(reader, writer)`` runs per connection."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    servers: list[asyncio.Server] = []
+
+    def start(answer: Answer) -> str:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await answer(reader, writer)  # type: ignore[misc]
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                writer.close()
+
+        async def serve() -> asyncio.Server:
+            return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+        server = asyncio.run_coroutine_threadsafe(serve(), loop).result(10)
+        servers.append(server)
+        return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+    yield start
+
+    async def shut() -> None:
+        for s in servers:
+            s.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run_coroutine_threadsafe(shut(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
+
+
+def _sse(*events: str) -> bytes:
+    body = "".join(f"data: {e}\n\n" for e in events).encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + (
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+
+def _chunk(text: str) -> str:
+    return json.dumps({"choices": [{"delta": {"content": text}}]})
+
+
+def _llm_run(url: str, tmp_path: Path, name: str) -> dict[str, object]:
+    res = tailwise.run(
+        url,
+        rate="20/s",
+        requests=4,
+        api="openai-chat",
+        model="m",
+        out=str(tmp_path / name),
+        progress=False,
+    )
+    return res.summary
+
+
+def test_an_absurd_or_negative_usage_is_a_malformed_chunk(
+    raw_server: Callable[[Answer], str], tmp_path: Path
+) -> None:
+    for name, usage in (("huge", 99999999999999999999999), ("negative", -5)):
+        answer = _sse(
+            _chunk("hi"),
+            json.dumps({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": usage}}),
+            "[DONE]",
+        )
+
+        async def serve(
+            r: asyncio.StreamReader, w: asyncio.StreamWriter, a: bytes = answer
+        ) -> None:
+            while True:
+                await _read_head(r)
+                w.write(a)
+                await w.drain()
+
+        s = _llm_run(raw_server(serve) + "/v1", tmp_path, name)
+        requests = s["requests"]
+        assert isinstance(requests, dict)
+        assert requests["errors"] == {"malformed_chunk": 4}, name  # no OverflowError, no crash
+        assert requests["accounted"] and s["verdict"] == "fail"
+    assert classify('{"usage": {"completion_tokens": 1e400}}').error is None  # a float: no count
+    assert classify('{"choices": [], "usage": {"completion_tokens": 2147483648}}').error == (
+        MALFORMED
+    )
+
+
+def test_lines_without_data_then_done_are_not_an_answer(
+    raw_server: Callable[[Answer], str], tmp_path: Path
+) -> None:
+    body = b'{"id": 1}\n{"id": 2}\n\ndata: [DONE]\n\n'
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            await _read_head(r)
+            w.write(answer)
+            await w.drain()
+
+    s = _llm_run(raw_server(serve) + "/v1", tmp_path, "plain")
+    requests = s["requests"]
+    assert isinstance(requests, dict)
+    assert requests["errors"] == {"not_a_stream": 4} and requests["ok"] == 0
+
+
+def test_an_unasked_protocol_switch_is_a_protocol_error(
+    raw_server: Callable[[Answer], str], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_head(r)
+        w.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n")
+        w.write(b"Connection: Upgrade\r\n\r\n\x81\x05hello")
+        await w.drain()
+        await asyncio.sleep(0.5)
+
+    res = tailwise.run(
+        raw_server(serve) + "/x", rate="20/s", requests=4, out=str(tmp_path / "u"), progress=False
+    )
+    assert res.summary["requests"]["errors"] == {"protocol": 4}
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_close_delimited_body_after_a_separate_head_is_complete(
+    raw_server: Callable[[Answer], str], tmp_path: Path
+) -> None:
+    # HTTP/1.0 style: no Content-Length, the body ends when the server closes; the head
+    # and the body arrive in separate reads (the old check looked at the first read only).
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_head(r)
+        w.write(b"HTTP/1.1 200 OK\r\n")
+        await w.drain()
+        await asyncio.sleep(0.02)
+        w.write(b"Content-Type: text/plain\r\nConnection: close\r\n\r\n")
+        await w.drain()
+        await asyncio.sleep(0.02)
+        w.write(b"a body that ends at the close")
+        await w.drain()
+
+    res = tailwise.run(
+        raw_server(serve) + "/x", rate="20/s", requests=4, out=str(tmp_path / "c"), progress=False
+    )
+    s = res.summary
+    assert s["requests"]["ok"] == 4 and s["requests"]["errors"] == {}, s["requests"]
+
+
+def test_endless_empty_data_lines_are_bounded() -> None:
+    parser = SSEParser()
+    for _ in range(1000):
+        assert parser.feed(b"data:\n" * 1000) == []
+    # A million empty data lines hold a million line ends: the stream's event bound
+    # (4 MiB) catches an endless one, where counting only values saw zero bytes.
+    assert parser.pending_bytes == 1_000_000
