@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -273,3 +274,37 @@ def test_a_single_request_has_the_plans_gap_as_its_window(tmp_path: Path) -> Non
     assert s["window"]["duration_s"] == pytest.approx(1.0)
     assert s["rates"]["offered_rps"] == pytest.approx(1.0)
     assert s["verdict"] == "pass", s["verdict_reason"]
+
+
+def test_a_signal_after_sending_ends_still_leaves_every_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C between the last send and the summary (the writer finishing) is ignored."""
+    from tailwise.loadgen.results import RecordSink
+
+    real_wait = RecordSink.wait
+
+    def wait_after_a_signal(self: RecordSink) -> int | None:
+        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C just now
+        return real_wait(self)
+
+    monkeypatch.setattr(RecordSink, "wait", wait_after_a_signal)
+    res = fake(tmp_path, 1.0, rate="100/s", requests=20)
+    assert res.summary["verdict"] == "pass" and res.summary["requests"]["ok"] == 20
+    assert {p.name for p in tmp_path.iterdir()} >= {"summary.json", "latency.hlog"}
+
+
+class _SignalAtStart(FakeTransport):
+    async def start(self, on_done: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while connections are being opened
+        await asyncio.sleep(0.05)
+        await super().start(on_done)
+
+
+def test_a_signal_before_the_clock_starts_books_nothing_as_due(tmp_path: Path) -> None:
+    opts = RunOptions(urls=["http://127.0.0.1:9/x"], rate="100/s", duration="2s")
+    law = lambda seq: (MS, 200, "")  # noqa: E731
+    s = execute(prepare(opts), tmp_path, transport=_SignalAtStart(law)).summary
+    assert s["interrupted"] and s["verdict_reason"] == "interrupted: SIGINT at start-up"
+    assert s["requests"]["scheduled"] == 0 and s["requests"]["accounted"]
+    assert s["requests"]["warmup"]["scheduled"] == 0  # no row invented as "due"

@@ -100,7 +100,7 @@ class Engine:
     def stop(self) -> None:
         """Stop sending now (interruption). Requests not yet due are not part of the run."""
         if self.stopped_rel_ns is None and not self.finished_sending.is_set():
-            self.stopped_rel_ns = now_ns() - self.t0
+            self.stopped_rel_ns = now_ns() - self.t0 if self.t0 else 0
         self.stopping = True
         self.give_up_queue("not_sent:interrupted")
         self.finished_sending.set()
@@ -267,8 +267,9 @@ class OpenLoop(Engine):
         """Interrupted: rows already due but not sent become ``not_sent:interrupted``;
         rows not yet due are dropped from the plan (they were never due)."""
         if self._block is not None and not self.finished_sending.is_set():
-            self.stopped_rel_ns = now_ns() - self.t0
-            self._close_plan(self.stopped_rel_ns)
+            # Before the clock started (t0 unset) nothing was due: close nothing, at 0.
+            self.stopped_rel_ns = now_ns() - self.t0 if self.t0 else 0
+            self._close_plan(self.stopped_rel_ns if self.t0 else -1)
         self._building = None
         super().stop()
         if self._waker is not None:

@@ -10,10 +10,7 @@ pieces over the workers' merged records.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,20 +50,6 @@ def window_end(p: Prepared, engine: Engine) -> int:
         default=0,
     )
     return plan_window_end(p, n, last)
-
-
-@contextlib.contextmanager
-def no_interrupts() -> Iterator[None]:
-    """While outputs are written, Ctrl-C must not leave a half-written run behind."""
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:

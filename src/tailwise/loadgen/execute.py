@@ -16,6 +16,7 @@ code through :func:`run_engine` with its own hooks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import gc
 import json
@@ -24,7 +25,7 @@ import resource
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -170,7 +171,10 @@ async def _execute(
         if interrupted.is_set():
             hard_stop.set()  # a second Ctrl-C: cancel in-flight requests now
             return
-        note.append(f"{name} after {(now_ns() - t0) / 1e9:.1f}s")
+        started = t0 and now_ns() >= t0
+        note.append(
+            f"{name} after {(now_ns() - t0) / 1e9:.1f}s" if started else f"{name} at start-up"
+        )
         if not engine.finished_sending.is_set():
             engine.stop()
         interrupted.set()
@@ -386,6 +390,22 @@ class Executed:
     rows_on_disk: int | None  # None: the writer could not say
 
 
+@contextlib.contextmanager
+def no_interrupts() -> Iterator[None]:
+    """From the end of sending until the outputs are written, Ctrl-C and SIGTERM must not
+    leave a half-written run behind: they are ignored (the work left is bounded)."""
+    try:
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def execute_local(p: Prepared, directory: Path, transport: Transport | None = None) -> Executed:
     """Run the whole plan in this process, writing ``run.json`` and ``records.jsonl``."""
     started_unix = time.time()
@@ -396,5 +416,8 @@ def execute_local(p: Prepared, directory: Path, transport: Transport | None = No
     try:
         out = run_engine(p, tr, sink)
     finally:
-        rows_on_disk = sink.wait()
+        # The loop's own signal handlers are gone: from here to the summary, a signal
+        # must not cost the run its outputs (runner.execute holds the same guard).
+        with no_interrupts():
+            rows_on_disk = sink.wait()
     return Executed(out, rows_on_disk)

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput
-from tailwise.loadgen.conclude import RunResult, conclude, no_interrupts
-from tailwise.loadgen.execute import execute_local
+from tailwise.loadgen.conclude import RunResult, conclude
+from tailwise.loadgen.execute import execute_local, no_interrupts
 from tailwise.loadgen.prepare import Prepared, RunOptions, prepare, run_directory
 from tailwise.loadgen.scale import execute_scaled
 from tailwise.loadgen.transport import Transport

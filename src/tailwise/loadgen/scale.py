@@ -49,11 +49,10 @@ from tailwise.loadgen import scale_merge as merge
 from tailwise.loadgen.conclude import (
     RunResult,
     client_info,
-    no_interrupts,
     run_info,
     write_outputs,
 )
-from tailwise.loadgen.execute import WATCH_MIN_WINDOW_NS
+from tailwise.loadgen.execute import WATCH_MIN_WINDOW_NS, no_interrupts
 from tailwise.loadgen.prepare import Prepared, loss_watch, plan_window_end, run_json
 from tailwise.loadgen.scale_pool import LocalPool, Pool
 from tailwise.loadgen.scale_worker import Message, WorkerSpec
