@@ -353,6 +353,31 @@ def format_rows(
     return "".join(map(template.__mod__, zip(*per_row, strict=True)))
 
 
+WRITE_BATCH = 8_192
+
+
+def write_jsonl(path: Path, r: Records) -> int:
+    """Write ``r`` as ``records.jsonl`` (the format the records writer produces), in its row
+    order; returns the rows written. Used where rows are gathered after the run: a
+    scaled-out run's merge, and a run whose records writer died or stalled."""
+    capped = r.capped if r.capped is not None else np.zeros(len(r), dtype=np.int8)
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(0, len(r), WRITE_BATCH):
+            part = slice(i, i + WRITE_BATCH)
+            cols = {c: getattr(r, c)[part] for c in INT_COLUMNS}
+            chunks = r.chunk_times[part] if r.chunk_times else [None] * len(cols["seq"])
+            fh.write(
+                format_rows(
+                    cols,
+                    r.error[part].tolist(),
+                    chunks,
+                    r.in_window[part].tolist(),
+                    capped[part].tolist(),
+                )
+            )
+    return len(r)
+
+
 def read_jsonl(path: str | Path) -> Records:
     """Load ``records.jsonl`` (any row order) into seq-ordered columns.
 

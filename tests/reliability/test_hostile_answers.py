@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,8 +17,10 @@ from pathlib import Path
 import pytest
 
 import tailwise
+from tailwise.loadgen import results
 from tailwise.loadgen.llm_stream import MALFORMED, classify
 from tailwise.loadgen.sse import SSEParser
+from tailwise.records import read_jsonl
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
 
@@ -187,3 +190,38 @@ def test_endless_empty_data_lines_are_bounded() -> None:
     # A million empty data lines hold a million line ends: the stream's event bound
     # (4 MiB) catches an endless one, where counting only values saw zero bytes.
     assert parser.pending_bytes == 1_000_000
+
+
+@pytest.mark.parametrize("sig", ["KILL", "STOP"])
+def test_a_killed_or_stopped_records_writer_loses_no_row(
+    raw_server: Callable[[Answer], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sig: str,
+) -> None:
+    """kill -9 (or -STOP) of the records writer mid-run: every row still reaches records.jsonl."""
+    monkeypatch.setattr(results, "WAIT_S", 2.0)  # a stopped writer is given up on sooner
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            await _read_head(r)
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await w.drain()
+
+    out = tmp_path / sig
+    target = f"tailwise.loadgen.writer {out}/records.jsonl"
+    timer = threading.Timer(
+        0.8, subprocess.run, (["pkill", f"-{sig}", "-f", target],), {"check": False}
+    )
+    timer.start()
+    res = tailwise.run(
+        raw_server(serve) + "/x", rate="200/s", duration="2s", out=str(out), progress=False
+    )
+    timer.join()
+    s = res.summary
+    writer = s["records_writer"]
+    assert writer["state"] in ("failed", "short") and "rewritten from memory" in writer["note"]
+    total = s["requests"]["scheduled"] + s["requests"]["warmup"]["scheduled"]
+    back = read_jsonl(out / "records.jsonl")
+    assert len(back) == total == writer["rows_on_disk"] > 300
+    assert s["requests"]["accounted"] and s["requests"]["records_on_disk"] == total

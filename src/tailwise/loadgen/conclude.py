@@ -25,7 +25,7 @@ from tailwise.metrics.client import CLIENT_FILE, ClientLag, client_doc
 from tailwise.metrics.histogram import interval_histograms, write_hlog
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.metrics.verdict import exit_code
-from tailwise.records import Records
+from tailwise.records import Records, write_jsonl
 
 
 @dataclass
@@ -60,6 +60,8 @@ def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
     if out.interrupted or out.stopped_early:
         end_ns = min(end_ns, max(out.stopped_at_ns, p.warmup_ns + 1))
     records = Records.from_blocks(engine.blocks, 0, (p.warmup_ns, end_ns))
+    writer = writer_state(directory, records, rows_on_disk)
+    rows_on_disk = writer["rows_on_disk"]
     info = run_info(
         p,
         (p.warmup_ns, end_ns),
@@ -68,10 +70,40 @@ def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
         rows_on_disk=rows_on_disk,
     )
     info.extra = token_source(out) if p.streaming else {}
+    if writer["state"] != "ok":
+        info.extra["records_writer"] = writer
     client_info(info, [client_part(out)])
     summary = summarize(records, info)
     write_outputs(directory, records, summary, out.t0_unix_s, (p.warmup_ns, end_ns), info)
     return RunResult(summary, records, directory)
+
+
+def writer_state(directory: Path, records: Records, rows_on_disk: int | None) -> dict[str, Any]:
+    """Check the records writer's count; if it died or stalled, rewrite from memory.
+
+    Every row is still in memory at the end of a run (spilled blocks are restored),
+    so a writer that was killed, stopped or starved loses no data: ``records.jsonl``
+    is written again from memory, in plan order. The summary says what happened.
+    """
+    if rows_on_disk == len(records):
+        return {"state": "ok", "rows_on_disk": rows_on_disk}
+    state = "failed" if rows_on_disk is None else "short"
+    try:
+        written = write_jsonl(directory / "records.jsonl", records)
+    except OSError as exc:
+        return {
+            "state": state,
+            "rows_on_disk": rows_on_disk,
+            "note": f"records.jsonl could not be rewritten ({exc.strerror})",
+        }
+    live = "an unknown number of" if rows_on_disk is None else str(rows_on_disk)
+    return {
+        "state": state,
+        "rows_on_disk": written,
+        "rows_written_live": rows_on_disk,
+        "note": f"the records writer {'died or stalled' if rows_on_disk is None else 'fell short'}"
+        f" after {live} rows; records.jsonl was rewritten from memory ({written} rows, plan order)",
+    }
 
 
 def run_info(

@@ -30,6 +30,7 @@ SLICE_ROWS = 1024
 # waits. At 65k req/s a 0.1 s period meant ~6,500 rows at once, a ~1 ms send-lag
 # spike every 100 ms; at 10 ms a pass packs ~650 rows (~0.15 ms).
 FLUSH_S = 0.01
+WAIT_S = 20.0  # for the writer to finish after the run; past it, rows are rewritten from memory
 READY_TIMEOUT_S = 30.0  # the writer imports NumPy: seconds on a cold, loaded machine
 
 
@@ -101,12 +102,19 @@ class RecordSink:
                 await asyncio.wait_for(self._lost, 30)
 
     def wait(self) -> int | None:
-        """Wait for the writer; the number of rows it wrote, or None if it failed."""
+        """Wait for the writer; the number of rows it wrote, or None if it failed.
+
+        A writer that does not finish within :data:`WAIT_S` (stopped, or starved
+        for CPU) is killed: the caller still holds every row and rewrites the
+        file from memory, so waiting longer would only hold the run (a stopped
+        writer used to hold it 120 s).
+        """
         self.proc.stdin = None  # owned and closed by the loop's pipe transport
         try:
-            self.proc.wait(timeout=120)
+            self.proc.wait(timeout=WAIT_S)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
             return None
         assert self.proc.stdout is not None
         out = self.proc.stdout.read().decode()  # one short line: no pipe-full deadlock

@@ -57,7 +57,7 @@ from tailwise.loadgen.prepare import Prepared, loss_watch, plan_window_end, run_
 from tailwise.loadgen.scale_pool import LocalPool, Pool
 from tailwise.loadgen.scale_worker import Message, WorkerSpec
 from tailwise.metrics.summary import summarize
-from tailwise.records import Records
+from tailwise.records import Records, write_jsonl
 
 PROGRESS_S = 1.0
 READY_TIMEOUT_S = 120.0  # workers import, open connections; Ray may start processes
@@ -255,7 +255,7 @@ class Driver:
         if interrupted or self.stopped_early:  # the window ends where sending stopped
             end_ns = min(end_ns, max(self._stop_ns(), p.warmup_ns + 1))
         records.in_window = (records.scheduled_ns >= p.warmup_ns) & (records.scheduled_ns < end_ns)
-        rows = merge.write_jsonl(self.directory / "records.jsonl", records)
+        rows = write_jsonl(self.directory / "records.jsonl", records)
         notes = self._notes(records)
         info = run_info(
             p,

@@ -31,16 +31,13 @@ from tailwise.metrics.percentiles import QUANTILES
 from tailwise.records import (
     ABSENT,
     ERROR_KINDS,
-    INT_COLUMNS,
     Records,
     category_of,
     error_code,
-    format_rows,
     read_jsonl,
 )
 
 WORKER_LOST = "not_sent:worker_lost"
-WRITE_BATCH = 8_192
 SETTLE_S = 0.3  # a dead worker's writer process flushes its last frames within this
 SETTLE_MAX_S = 5.0
 
@@ -139,25 +136,6 @@ def concat(parts: list[Records], window_ns: tuple[int, int]) -> Records:
 
 def _capped(r: Records) -> np.ndarray:
     return r.capped if r.capped is not None else np.zeros(len(r), dtype=np.int8)
-
-
-def write_jsonl(path: Path, r: Records) -> int:
-    """``records.jsonl`` in plan order, in the single-process format; returns rows written."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for i in range(0, len(r), WRITE_BATCH):
-            part = slice(i, i + WRITE_BATCH)
-            cols = {c: getattr(r, c)[part] for c in INT_COLUMNS}
-            chunks = r.chunk_times[part] if r.chunk_times else [None] * len(cols["seq"])
-            fh.write(
-                format_rows(
-                    cols,
-                    r.error[part].tolist(),
-                    chunks,
-                    r.in_window[part].tolist(),
-                    _capped(r)[part].tolist(),
-                )
-            )
-    return len(r)
 
 
 def per_worker(r: Records, count: int) -> list[dict[str, Any]]:
