@@ -10,6 +10,10 @@ not know whether a load generator or a simulator made the records. Populations:
   falls inside the window, so a saturated target shows its real completion
   rate rather than the offered rate.
 * ``attainment`` is the share of window-scheduled requests that were good.
+
+Every estimate carries its interval (``ci``, ``confidence``), each SLO what the
+sample alone decides, and ``steady_state`` says whether the window looks
+stationary: :mod:`tailwise.metrics.intervals`, which changes no value above.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 
 from tailwise.metrics import derive
 from tailwise.metrics.client import ClientLag, bounds_view, receive_lag_ns
+from tailwise.metrics.intervals import annotate
 from tailwise.metrics.littles import littles_law
 from tailwise.metrics.percentiles import distribution_ms, nearest_rank
 from tailwise.metrics.slo import SLO, evaluate, good_mask
@@ -287,6 +292,7 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
             "closed-loop: each user waits for its response before sending again, so a slow "
             "server slows the load; latencies hide coordinated omission. Compare, don't certify."
         )
+    annotate(summary, r, info.window_ns, info.slos, good)
     summary.update(info.extra)
     clean: dict[str, Any] = _finite(summary)
     return clean

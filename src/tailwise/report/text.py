@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -92,17 +93,54 @@ def _rates(s: dict[str, Any]) -> Text:
     return t
 
 
-def _distributions(s: dict[str, Any]) -> Table:
+WIDE = 100  # columns from which an interval shows 3 significant digits and "n too small"
+
+
+def _span(pair: list[float | None] | None, wide: bool) -> str:
+    """An interval in ms, rounded outwards: ``5.66-6.21``, ``1.20-1.31s``; unsupported (null):
+    ``n too small`` (``too few`` when narrow, 2 significant digits, to fit 80 columns)."""
+    if pair is None:
+        return "n too small" if wide else "too few"
+    lo, hi = (0.0 if x is None and i == 0 else x for i, x in enumerate(pair))
+    if hi is None:
+        return f"{_ms(lo)}-∞"
+    unit, scale = ("s", 1000.0) if hi >= 1000 else ("", 1.0)
+    lo, hi = float(lo or 0.0) / scale, hi / scale
+    sig, most = (3, 2) if wide else (2, 1)  # significant digits, decimals at most
+    digits = min(most, max(0, sig - 1 - math.floor(math.log10(hi)))) if hi > 0 else 0
+    step = 10.0**digits
+    down = math.floor(round(lo * step, 6)) / step
+    up = math.ceil(round(hi * step, 6)) / step
+    return f"{down:.{digits}f}-{up:.{digits}f}{unit}"
+
+
+class _Distributions:
+    """The distribution table, laid out for the width it is given (see :func:`_span`)."""
+
+    def __init__(self, s: dict[str, Any]) -> None:
+        self.s = s
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield _distributions(self.s, wide=options.max_width >= WIDE)
+
+
+def _distributions(s: dict[str, Any], wide: bool = True) -> Table:
+    """Each distribution's row, and under it (dim) its interval per column, in ms."""
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     table.add_column("", style="bold")
     for label, _ in _COLS:
         table.add_column(label, justify="right")
     table.add_column("n", justify="right", style="dim")
     sim = s.get("source") == "sim"
+    level = f"{100 * s.get('confidence', 0.95):g}% CI"
     for label, key in DIST_ROWS:
         d = s.get(key)
         if d and not (sim and key in ("service_ms", "send_lag_ms")):  # the same as latency / 0
             table.add_row(label, *[_ms(d.get(k)) for _, k in _COLS], str(d["count"]))
+            ci = d.get("ci")
+            if ci and d["count"]:
+                cells = [_span(ci.get(k), wide) if k in ci else "" for _, k in _COLS]
+                table.add_row(Text(f" {level}", "dim"), *[Text(c, "dim") for c in cells], "")
     return table
 
 
@@ -112,6 +150,7 @@ def _checks(s: dict[str, Any]) -> Text:
         f"Little    L={ll['l_measured']:.2f} in system vs λW={ll['lambda_w']:.2f} "
         f"(gap {100 * ll['rel_gap']:.2f}%)"
     )
+    _steady_line(t, s.get("steady_state"))
     if s.get("source") != "sim":  # a simulation sends and reads on time
         t.append("\n" + _client_line(s))
         if g["cap_bound"]:
@@ -134,13 +173,56 @@ def _checks(s: dict[str, Any]) -> Text:
                 if slo["spec"].startswith(("error", "attain"))
                 else f"{value:.1f}/s"
             )
-        t.append(f"{slo['spec']:<28} {shown}" + ("  (default)" if slo.get("implicit") else ""))
+        line = f"{slo['spec']:<28} {shown}" + ("  (default)" if slo.get("implicit") else "")
+        t.append(line)
+        _slo_interval(t, slo, s.get("confidence", 0.95), len(line) + 2)
         bound = slo.get("server_bound") or {}
         if bound.get("client_could_flip"):
             t.append(
                 f"  server's share {_bound_text(slo, bound['lower'])}: the client decides", "yellow"
             )
     return t
+
+
+def _steady_line(t: Text, st: dict[str, Any] | None) -> None:
+    """Say so when the window did not reach steady state, or began with a transient."""
+    if not st or (st["steady"] and not st["truncate_at"]):
+        return
+    cut = st["truncate_at"]
+    drop = f"\n          MSER-5 would drop the window's first {cut} requests" if cut else ""
+    if st["steady"]:
+        t.append(f"\nsteady    the window starts with a transient{drop}", "yellow")
+    else:
+        t.append(f"\nsteady    NOT reached: {st.get('reason', '')}{drop}", "yellow")
+
+
+def _slo_interval(t: Text, slo: dict[str, Any], confidence: float, used: int) -> None:
+    """The SLO's interval, dim; when the sample cannot decide, that note, highlighted.
+    It goes on a line of its own, under the value, when it would pass 80 columns."""
+    if "decided" not in slo:
+        return
+    level = f"{100 * confidence:g}% CI"
+    ci = slo.get("ci")
+    if ci is None and "max(" in slo["spec"]:
+        shown = "no interval for a max"
+    elif ci is None:
+        shown = f"{level}: n too small"
+    else:
+        shown = f"{level} {_slo_span(slo, ci)}"
+    inconclusive = slo["decided"] == "inconclusive"
+    note = f"({shown}: the sample cannot decide)" if inconclusive else shown
+    gap = "  " if used + 2 + len(note) <= 80 else "\n" + " " * 31
+    t.append(gap + note, "magenta" if inconclusive else "dim")
+
+
+def _slo_span(slo: dict[str, Any], ci: list[float | None]) -> str:
+    if slo["kind"] == "objective":
+        unit = "ms" if ci[1] is not None and ci[1] < 1000 else ""
+        return _span(ci, True) + unit
+    lo, hi = ci
+    if slo["kind"] == "deadline" or slo["spec"].startswith(("error", "attain")):
+        return f"{100 * (lo or 0):.2f}-{100 * (hi or 0):.2f}%"
+    return f"{lo or 0:.1f}-{hi or 0:.1f}/s"
 
 
 def _client_line(s: dict[str, Any]) -> str:
@@ -179,7 +261,7 @@ def render(s: dict[str, Any], directory: str | None = None) -> Group:
         _header(s),
         _accounting(s),
         _rates(s),
-        _distributions(s),
+        _Distributions(s),
         _checks(s),
         verdict,
     ]

@@ -1,0 +1,292 @@
+"""How sure each number of summary.json is: intervals, ``decided`` and steady state.
+
+:func:`annotate` adds to a summary that :func:`tailwise.metrics.summary.summarize`
+built (DESIGN.md invariant 10; the machinery is :mod:`tailwise.metrics.uncertainty`
+and :mod:`tailwise.metrics.steady`):
+
+* ``confidence``: the two-sided level of every interval (0.95);
+* each distribution's ``ci``: ``{p50 p90 p95 p99 p999 mean}`` -> ``[lo, hi]`` in
+  ms, or ``null`` when the sample cannot carry it ("n too small"), and
+  ``ci_note``: ``{key: why}`` for each ``null`` (``{}`` when all are supported).
+  ``max`` has no interval: a longer run can only raise it;
+* ``rates.ci``: ``throughput_rps``, ``goodput_rps`` (rates of completions in the
+  window), ``attainment``, ``error_rate`` (shares of window-scheduled requests);
+* each ``slos`` entry's ``ci`` (the interval of its value or attainment, in the
+  entry's unit; ``null`` when unsupported; an end ``null`` when unbounded) and
+  ``decided``: ``"pass" | "fail" | "inconclusive"``, what the sample alone
+  supports (:func:`~tailwise.metrics.uncertainty.judge`); and the summary's
+  ``decided``, composed like a verdict: any fail -> fail, else any
+  inconclusive -> inconclusive, else pass;
+* ``steady_state``: MSER-5 on the window's ok latencies: ``steady``,
+  ``truncate_at`` (leading requests it would drop), ``reason``.
+
+Nothing here changes a point value, a count, the window, ``passed`` or the
+verdict: ``decided`` is informational until verdicts become three-valued.
+
+**Time order = scheduled order.** The intervals assume values in time order.
+Here that is the order of the intended send times: the schedule does not depend
+on the system, so request *i*'s latency is the system's response to the state
+it found at ``s_i`` (Lindley's recursion runs in arrival order), and the
+sequence is a regular sampling of the system over the window. Completion order
+would sort by the latency itself (a slow request moves later, past faster
+successors) and mix the two. ``itl_ms`` pools the chunk gaps of each request in
+the request's scheduled order, gaps within a request in stream order.
+
+Cost: one argsort of the scheduled times (skipped when the rows are already in
+that order), one sort per distinct distribution and O(n) passes otherwise: on
+1M rows about 0.8x the rest of the summary's time (``docs/metrics.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tailwise.metrics import derive
+from tailwise.metrics.derive import METRICS
+from tailwise.metrics.percentiles import QUANTILES
+from tailwise.metrics.slo import SLO
+from tailwise.metrics.steady import steady_state
+from tailwise.metrics.uncertainty import (
+    CONFIDENCE,
+    Estimate,
+    judge,
+    mean_ci,
+    proportion_ci,
+    quantile_cis,
+    rate_ci,
+)
+from tailwise.records import Records
+
+__all__ = ["CI_KEYS", "annotate", "compose", "distribution_ci"]
+
+CI_KEYS = (*QUANTILES, "mean")
+NS_PER_MS = 1e6
+MAX_NOTE = "the maximum has no interval: a longer run can only raise it"
+_DIST_VALUES = {  # distribution key -> per-row values (ok rows, -1 where absent)
+    "latency_ms": derive.latency_ns,
+    "service_ms": derive.service_ns,
+    "ttft_ms": derive.ttft_ns,
+    "service_ttft_ms": derive.service_ttft_ns,
+    "tpot_ms": derive.tpot_ns,
+}
+
+
+class _Order:
+    """Row indices in scheduled order, or none when the rows already are in it.
+
+    NumPy's default (SIMD) argsort is 4x faster than its stable one on shuffled rows;
+    it leaves requests scheduled at the same nanosecond in an arbitrary (deterministic)
+    order, which no estimate here can tell apart."""
+
+    def __init__(self, scheduled_ns: np.ndarray) -> None:
+        s = np.asarray(scheduled_ns)
+        self.perm = None if bool(np.all(s[1:] >= s[:-1])) else np.argsort(s)
+
+    def rows(self, mask: np.ndarray) -> np.ndarray:
+        if self.perm is None:
+            return np.flatnonzero(mask)
+        rows: np.ndarray = self.perm[mask[self.perm]]
+        return rows
+
+
+class _Derived:
+    """Per-row derived values (:mod:`tailwise.metrics.derive`), each computed once."""
+
+    def __init__(self, r: Records) -> None:
+        self.r = r
+        self.known: dict[Callable[[Records], np.ndarray], np.ndarray] = {}
+
+    def __call__(self, fn: Callable[[Records], np.ndarray]) -> np.ndarray:
+        if fn not in self.known:
+            self.known[fn] = fn(self.r)
+        return self.known[fn]
+
+
+class _Quantiles:
+    """:func:`quantile_cis`, remembered for repeated samples: a sort of n values each time.
+
+    In a simulation ``service`` equals ``latency``, and a ``p99(latency)`` SLO without
+    failures is the latency distribution's p99; equal arrays are found by comparison."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[np.ndarray, dict[float, Estimate]]] = []
+
+    def __call__(self, x: np.ndarray, qs: Sequence[float]) -> list[Estimate]:
+        for values, known in self.seen:
+            if len(values) == len(x) and all(q in known for q in qs) and np.array_equal(values, x):
+                return [known[q] for q in qs]
+        estimates = quantile_cis(x, qs, CONFIDENCE)
+        self.seen.append((x, dict(zip(qs, estimates, strict=True))))
+        return estimates
+
+
+_Memo = tuple[_Derived, _Quantiles]
+
+
+def distribution_ci(
+    values: np.ndarray, scale: float = NS_PER_MS, quantiles: _Quantiles | None = None
+) -> dict[str, Any]:
+    """``{"ci": {key: [lo, hi] | None}, "ci_note": {key: why}}`` for values in time order,
+    bounds divided by ``scale`` (ns -> ms by default)."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) == 0:
+        return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, "no values")}
+    estimates = (quantiles or _Quantiles())(x, [q / 100.0 for q in QUANTILES.values()])
+    estimates.append(mean_ci(x, CONFIDENCE))
+    ci: dict[str, Any] = {}
+    notes: dict[str, str] = {}
+    for key, e in zip(CI_KEYS, estimates, strict=True):
+        ci[key] = _pair(e, scale)
+        if not e.supported:
+            notes[key] = e.reason
+    return {"ci": ci, "ci_note": notes}
+
+
+def _pair(e: Estimate, scale: float = 1.0) -> list[float] | None:
+    """``[lo, hi]`` / scale, or None when unsupported (an infinite end becomes null later).
+    A bound within 1e-12 of 0 is 0 (Wilson's interval of 0 successes, in floating point)."""
+    if not e.supported:
+        return None
+    return [0.0 if abs(x) < 1e-12 else x / scale for x in (e.lo, e.hi)]
+
+
+def _itl_in_order(r: Records, rows: np.ndarray) -> np.ndarray:
+    gaps = []
+    for i in rows.tolist():
+        times = r.chunk_times[i] if i < len(r.chunk_times) else None
+        if times and len(times) > 1:
+            gaps.append(np.diff(np.asarray(times, dtype=np.int64)))
+    return np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
+
+
+def _distributions(
+    s: dict[str, Any], r: Records, order: _Order, window: np.ndarray, memo: _Memo
+) -> None:
+    derived, quantiles = memo
+    ok_rows = order.rows(window & (r.error == 0))
+    for key, fn in _DIST_VALUES.items():
+        if s.get(key) is not None:
+            v = derived(fn)[ok_rows]
+            s[key].update(distribution_ci(v[v >= 0], quantiles=quantiles))
+    if s.get("send_lag_ms") is not None:
+        lag = derived(derive.send_lag_ns)[order.rows(window & (r.sent_ns >= 0))]
+        s["send_lag_ms"].update(distribution_ci(lag, quantiles=quantiles))
+    if s.get("itl_ms") is not None:
+        s["itl_ms"].update(distribution_ci(_itl_in_order(r, ok_rows)))
+
+
+def _rate_estimates(
+    r: Records, window_ns: tuple[int, int], good: np.ndarray, window_rows: np.ndarray
+) -> dict[str, Estimate]:
+    start, end = window_ns
+    ok = r.error == 0
+    return {
+        "throughput_rps": rate_ci(r.done_ns[ok], start, end, CONFIDENCE),
+        "goodput_rps": rate_ci(r.done_ns[good], start, end, CONFIDENCE),
+        "attainment": proportion_ci(good[window_rows], CONFIDENCE),
+        "error_rate": proportion_ci(~ok[window_rows], CONFIDENCE),
+    }
+
+
+def _slo_estimate(
+    r: Records, slo: SLO, window_rows: np.ndarray, rates: dict[str, Estimate], memo: _Memo
+) -> tuple[Estimate | None, str, str]:
+    """``(estimate, decided, note)`` for one SLO, the estimate in the entry's unit (ms,
+    share, rps); None where no interval exists (``max``), ``note`` saying why.
+
+    A percentile the sample cannot carry ("n too small") is judged once more on the
+    share of values within the threshold (``p_q <= T`` exactly when ``F(T) >= q``),
+    whose interval needs no tail: a p99 far above its threshold (its p50 already is)
+    then certainly fails. Only a fail is taken from it: a pass would rest on the tail
+    that the quantile's rule found too thin."""
+    if slo.kind == "rate":
+        key = {"goodput": "goodput_rps", "throughput": "throughput_rps"}.get(slo.stat, slo.stat)
+        e = rates[key]
+        return e, judge(e, slo.threshold, "<=" if slo.stat == "error_rate" else ">="), ""
+    derived, quantiles = memo
+    v = derived(METRICS[slo.metric])[window_rows]
+    if slo.kind == "deadline":
+        e = proportion_ci((r.error[window_rows] == 0) & (v >= 0) & (v <= slo.threshold))
+        return e, judge(e, slo.target, ">="), ""
+    x = v.astype(np.float64)
+    x[x < 0] = math.inf  # failures count as infinitely slow, as evaluate() does
+    if slo.stat in ("max", "p100"):  # the sample can show a failure, never a pass
+        return None, "fail" if x.max() > slo.threshold else "inconclusive", MAX_NOTE
+    if slo.stat == "mean":
+        if not np.isfinite(x).all():
+            inf = Estimate(math.inf, math.inf, math.inf, True, n=len(x))
+            return inf, "fail", "unbounded: failed or unsent requests count as infinitely slow"
+        e = mean_ci(x, CONFIDENCE)
+        return _in_ms(e), judge(e, slo.threshold, "<="), e.reason
+    q = float(slo.stat[1:]) / 100.0
+    (e,) = quantiles(x, [q])
+    decided = judge(e, slo.threshold, "<=")
+    if not e.supported and judge(proportion_ci(x <= slo.threshold), q, ">=") == "fail":
+        decided = "fail"
+    return _in_ms(e), decided, e.reason
+
+
+def _in_ms(e: Estimate) -> Estimate:
+    return Estimate(
+        e.value / NS_PER_MS, e.lo / NS_PER_MS, e.hi / NS_PER_MS, e.supported, e.reason,
+        e.confidence, e.n, e.batches,
+    )  # fmt: skip
+
+
+def _slos(
+    entries: list[dict[str, Any]],
+    slos: list[SLO],
+    r: Records,
+    window_rows: np.ndarray,
+    rates: dict[str, Estimate],
+    memo: _Memo,
+) -> None:
+    for entry, slo in zip(entries, slos, strict=True):
+        if len(window_rows) == 0:
+            entry.update(ci=None, decided="inconclusive", ci_note="no request in the window")
+            continue
+        e, decided, note = _slo_estimate(r, slo, window_rows, rates, memo)
+        entry["ci"] = _pair(e) if e is not None else None
+        entry["decided"] = decided
+        if note:
+            entry["ci_note"] = note
+
+
+def compose(decisions: Iterable[str]) -> str:
+    """Any fail -> fail; else any inconclusive -> inconclusive; else pass."""
+    seen = set(decisions)
+    return "fail" if "fail" in seen else "inconclusive" if "inconclusive" in seen else "pass"
+
+
+def _steady(r: Records, order: _Order, window: np.ndarray, derived: _Derived) -> dict[str, Any]:
+    latency = derived(derive.latency_ns)[order.rows(window & (r.error == 0))]
+    st = steady_state(latency)
+    return {"steady": st.steady, "truncate_at": st.truncate, "reason": st.reason}
+
+
+def annotate(
+    s: dict[str, Any],
+    r: Records,
+    window_ns: tuple[int, int],
+    slos: list[SLO],
+    good: np.ndarray,
+) -> None:
+    """Add the keys of the module docstring to summary ``s`` (in place).
+
+    ``good`` is the summary's good mask (ok and every deadline met), ``slos`` the
+    SLOs whose entries ``s["slos"]`` holds, in the same order."""
+    order = _Order(r.scheduled_ns)
+    window = np.asarray(r.in_window, dtype=bool)
+    window_rows = order.rows(window)
+    memo = (_Derived(r), _Quantiles())
+    s["confidence"] = CONFIDENCE
+    _distributions(s, r, order, window, memo)
+    rates = _rate_estimates(r, window_ns, good, window_rows)
+    s["rates"]["ci"] = {k: _pair(e) for k, e in rates.items()}
+    _slos(s["slos"], slos, r, window_rows, rates, memo)
+    s["decided"] = compose(e["decided"] for e in s["slos"])
+    s["steady_state"] = _steady(r, order, window, memo[0])
