@@ -68,3 +68,53 @@ def test_mmc_quantile_refuses_a_quantile_outside_0_1(q: float) -> None:
     """q >= 1 used to loop for ever (the bracket doubles while survival > 1 - q)."""
     with pytest.raises(ValueError, match="quantile"):
         cap.mmc_sojourn_quantile(q, 2, 0.01, 100.0)
+
+
+# --- M/M/c/K (exact) and M/G/c (Allen-Cunneen) -------------------------------------------
+
+
+@pytest.mark.parametrize(("rho", "k"), [(0.5, 1), (0.9, 4), (1.0, 4), (1.5, 6)])
+def test_mm1k_matches_its_textbook_closed_form(rho: float, k: int) -> None:
+    """M/M/1/K: p_n = (1 - rho) rho^n / (1 - rho^(K+1)) (uniform 1/(K+1) at rho = 1);
+    blocking p_K; L = rho/(1-rho) - (K+1) rho^(K+1) / (1 - rho^(K+1))."""
+    p = cap.mmck_probabilities(1, k, rho)
+    if rho == 1.0:
+        expected = [1 / (k + 1)] * (k + 1)
+        length = k / 2
+    else:
+        expected = [(1 - rho) * rho**n / (1 - rho ** (k + 1)) for n in range(k + 1)]
+        length = rho / (1 - rho) - (k + 1) * rho ** (k + 1) / (1 - rho ** (k + 1))
+    assert p == pytest.approx(expected, rel=1e-12)
+    m = cap.mmck_metrics(1, k, 0.01, rho / 0.01)
+    assert m["blocking"] == pytest.approx(expected[-1], rel=1e-12)
+    assert m["l"] == pytest.approx(length, rel=1e-12)
+    # Little's law on the admitted: W = L / (lam (1 - p_K)); one server busy = 1 - p_0.
+    assert m["w_s"] == pytest.approx(length / (rho / 0.01 * (1 - expected[-1])), rel=1e-12)
+    assert m["busy_servers"] == pytest.approx(1 - expected[0], rel=1e-12)
+
+
+@pytest.mark.parametrize(("c", "a"), [(1, 0.5), (3, 2.7), (10, 12.0)])
+def test_mmcc_blocking_is_erlang_b(c: int, a: float) -> None:
+    """With no waiting room (K = c) blocking is Erlang B: (a^c/c!) / sum_{j<=c} a^j/j!."""
+    erlang_b = (a**c / math.factorial(c)) / sum(a**j / math.factorial(j) for j in range(c + 1))
+    m = cap.mmck_metrics(c, c, 0.005, a / 0.005)
+    assert m["blocking"] == pytest.approx(erlang_b, rel=1e-12)
+    assert m["lq"] == 0 and m["w_s"] == pytest.approx(0.005)
+
+
+def test_mmck_tends_to_mmc_as_the_bound_grows() -> None:
+    """K -> infinity below capacity: blocking -> 0, Lq -> Erlang C's M/M/c queue."""
+    m = cap.mmck_metrics(4, 400, 0.01, 320)
+    assert m["blocking"] < 1e-30
+    assert m["lq"] == pytest.approx(cap.mmc_queue_length(4, 3.2), rel=1e-9)
+
+
+def test_allen_cunneen_is_exact_where_it_must_be() -> None:
+    """cv = 1: M/M/c itself; c = 1: Pollaczek-Khinchine; cv = 0 halves the M/M/c wait."""
+    wq = cap.mmc_mean_wait_s(4, 0.01, 320)
+    assert cap.mgc_mean_wait_s(4, 0.01, 320, 1.0) == wq
+    assert cap.mgc_mean_wait_s(4, 0.01, 320, 0.0) == pytest.approx(wq / 2)
+    rho, cv = 0.8, 0.5
+    pk_wq = cap.mg1_queue_length(rho, cv) / (rho / 0.01)
+    assert cap.mgc_mean_wait_s(1, 0.01, rho / 0.01, cv) == pytest.approx(pk_wq, rel=1e-12)
+    assert math.isinf(cap.mgc_mean_wait_s(4, 0.01, 400, 0.5))

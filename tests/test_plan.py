@@ -28,11 +28,13 @@ def test_seed000_embedding_fleet_needs_800_per_replica_and_15_replicas() -> None
     12,000 req/s, W = 40 ms, L = 32 per replica: 32 / 0.040 = 800 req/s per
     replica, 12000 / 800 = 15 replicas; "plus headroom, so they deployed 18".
     """
-    p = plan.replicas(rate_rps=12000, latency_s=0.040, per_replica=32)
+    p = plan.replicas(rate_rps=12000, latency_s=0.040, per_replica=32, utilization=1.0)
     assert p.outputs["per_replica_capacity_rps"] == pytest.approx(800)
     assert p.outputs["replicas"] == 15
     assert p.outputs["required_concurrency"] == pytest.approx(480)
-    with_headroom = plan.replicas(rate_rps=12000, latency_s=0.040, per_replica=32, headroom=0.2)
+    with_headroom = plan.replicas(
+        rate_rps=12000, latency_s=0.040, per_replica=32, utilization=1.0, headroom=0.2
+    )
     assert with_headroom.outputs["replicas_for_load"] == 15
     assert with_headroom.outputs["replicas"] == 18
 
@@ -63,7 +65,12 @@ def test_seed002_littles_law_worked_example() -> None:
     assert plan.little(concurrency=None, rate_rps=10, latency_s=2.0).outputs[
         "concurrency"
     ] == pytest.approx(20.0)
-    assert plan.replicas(rate_rps=10, latency_s=2.0, per_replica=8).outputs["replicas"] == 3
+    assert (
+        plan.replicas(rate_rps=10, latency_s=2.0, per_replica=8, utilization=1.0).outputs[
+            "replicas"
+        ]
+        == 3
+    )
 
 
 def test_seed002_mm1_queue_length_table() -> None:
@@ -166,7 +173,9 @@ def test_seed001_fleet_exercise() -> None:
     assert plan.little(concurrency=None, rate_rps=8000, latency_s=0.120).outputs[
         "concurrency"
     ] == pytest.approx(960)
-    fleet = plan.replicas(rate_rps=8000, latency_s=0.120, per_replica=40, spares=1).outputs
+    fleet = plan.replicas(
+        rate_rps=8000, latency_s=0.120, per_replica=40, utilization=1.0, spares=1
+    ).outputs
     assert (fleet["replicas_for_load"], fleet["replicas"]) == (24, 25)
     assert fleet["per_replica_max_rps"] == pytest.approx(1000 / 3)
     bill = plan.cost(
@@ -188,7 +197,8 @@ def test_seed001_littles_law_5000_rps_needs_8_replicas_of_30() -> None:
     """Seed 001, section 3: 5000 req/s x 46.8 ms = 234 in flight; 30 per replica -> 8."""
     out = plan.little(concurrency=None, rate_rps=5000, latency_s=0.0468).outputs
     assert out["concurrency"] == pytest.approx(234)
-    assert plan.replicas(rate_rps=5000, latency_s=0.0468, per_replica=30).outputs["replicas"] == 8
+    full = plan.replicas(rate_rps=5000, latency_s=0.0468, per_replica=30, utilization=1.0)
+    assert full.outputs["replicas"] == 8
 
 
 def test_seed000_littles_law_exercise_and_demo() -> None:
@@ -308,7 +318,15 @@ def _json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]
     assert (code, err) == (0, "")
     doc = json.loads(out)
     assert doc["schema"] == "tailwise.plan/1"
-    assert set(doc) == {"schema", "tool_version", "model", "inputs", "outputs", "assumptions"}
+    assert set(doc) == {
+        "schema",
+        "tool_version",
+        "model",
+        "inputs",
+        "outputs",
+        "assumptions",
+        "warnings",
+    }
     assert doc["model"] == argv[0] and doc["assumptions"]
     return doc
 
@@ -316,7 +334,7 @@ def _json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]
 def test_cli_replicas_seed000_and_seed002(capsys: pytest.CaptureFixture[str]) -> None:
     """Seed 000 section 2 (15 replicas of 800 req/s) and seed 002's capacity_plan (16 GPUs)."""
     argv = ["replicas", "--rate", "12000/s", "--latency", "40ms", "--per-replica", "32"]
-    out = _json(argv, capsys)["outputs"]
+    out = _json([*argv, "--max-utilization", "100%"], capsys)["outputs"]
     assert (out["per_replica_capacity_rps"], out["replicas"]) == (pytest.approx(800), 15)
     argv = ["replicas", "--rate", "50/s", "--latency", "2s", "--per-replica", "8"]
     doc = _json([*argv, "--utilization", "80%"], capsys)
@@ -333,7 +351,8 @@ def test_cli_fleet_exercise_seed001(capsys: pytest.CaptureFixture[str]) -> None:
     little = _json(["little", "--rate", "8000/s", "--latency", "120ms"], capsys)
     assert little["outputs"]["concurrency"] == pytest.approx(960)
     fleet = ["--rate", "8000/s", "--latency", "120ms", "--per-replica", "40"]
-    assert _json(["replicas", *fleet, "--spares", "1"], capsys)["outputs"]["replicas"] == 25
+    full = ["--spares", "1", "--max-utilization", "100%"]
+    assert _json(["replicas", *fleet, *full], capsys)["outputs"]["replicas"] == 25
     argv = ["cost", "--dollars-per-hour", "3", "--utilization", "70%", *fleet, "--replicas", "25"]
     out = _json(argv, capsys)["outputs"]
     assert out["fleet_cost_per_hour_usd"] == pytest.approx(75)
@@ -412,10 +431,24 @@ def test_cli_cost_per_token(capsys: pytest.CaptureFixture[str]) -> None:
                 "1s",
                 "--per-replica",
                 "4",
-                "--utilization",
+                "--utilization",  # the old name of --max-utilization, still accepted
                 "120%",
             ],
-            "--utilization",
+            "--max-utilization",
+        ),
+        (
+            [
+                "replicas",
+                "--rate",
+                "1/s",
+                "--latency",
+                "1s",
+                "--per-replica",
+                "4",
+                "--max-utilization",
+                "0%",
+            ],
+            "--max-utilization",
         ),
         (
             [
@@ -444,14 +477,34 @@ def test_cli_cost_per_token(capsys: pytest.CaptureFixture[str]) -> None:
                 "--utilization",
                 "0%",
             ],
-            "--utilization",
+            "--max-utilization",  # the error names the option's current name
         ),
         (["queue", "--utilization", "100%"], "--utilization"),
         (["queue", "--utilization", "50%,1.5"], "--utilization"),
         (["queue", "--service", "5ms", "--rate", "300/s"], "--rate"),
         (["queue", "--rate", "300/s"], "--rate"),
         (["queue", "--servers", "-1", "--utilization", "50%"], "--servers"),
-        (["queue", "--servers", "2", "--cv", "0.5", "--utilization", "50%"], "--cv"),
+        (  # M/G/c is Allen-Cunneen's; there is no M/G/c/K form
+            [
+                "queue",
+                "--servers",
+                "2",
+                "--cv",
+                "0.5",
+                "--max-in-system",
+                "4",
+                "--utilization",
+                "50%",
+            ],
+            "--cv",
+        ),
+        (
+            ["queue", "--servers", "3", "--max-in-system", "2", "--utilization", "50%"],
+            "--max-in-system",
+        ),
+        (["queue", "--max-in-system", "x", "--utilization", "50%"], "--max-in-system"),
+        (["queue", "--max-in-system", "3", "--utilization", "-5%"], "--utilization"),
+        (["queue", "--max-in-system", "3", "--utilization", "50%", "--slo", "p99<=9ms"], "--slo"),
         (
             ["queue", "--service", "2ms", "--cv", "2", "--utilization", "50%", "--slo", "p99<=9ms"],
             "--slo",
@@ -501,3 +554,102 @@ def test_bad_input_from_the_library_names_the_option() -> None:
         plan.queue(utilizations=[1.0])
     with pytest.raises(BadInput, match="--need"):
         plan.availability(up=0.9, machines=[3], need=4)
+
+
+# --- the utilization ceiling and its warnings ----------------------------------------------
+
+
+def test_replicas_default_ceiling_is_80_percent_and_warns_at_it() -> None:
+    """The issue's fleet: 8,000/s x 120 ms = 960 in flight, 40 per replica. At the default
+    80% ceiling: 960 / 32 = 30 replicas, 31 with the spare; with the spare failed the 30
+    run at exactly 80%: warned. At 100% (the seed's sum) 25 replicas, saturated when one
+    fails: warned twice (the ceiling itself, and the fleet at it)."""
+    p = plan.replicas(rate_rps=8000, latency_s=0.120, per_replica=40, spares=1)
+    assert p.inputs["utilization_ceiling"] == plan.littles.DEFAULT_CEILING == 0.8
+    assert p.outputs["replicas"] == 31
+    assert p.outputs["utilization_after_failures"] == pytest.approx(0.8)
+    assert any("at or above the 80% ceiling" in w for w in p.warnings)
+    full = plan.replicas(rate_rps=8000, latency_s=0.120, per_replica=40, spares=1, utilization=1)
+    assert full.outputs["replicas"] == 25
+    assert any("ceiling 100%" in w for w in full.warnings)
+    assert any("at or above the 100% ceiling" in w for w in full.warnings)
+    assert any("unbounded" in w for w in full.warnings)  # M/M/40 at 100%: no mean at all
+
+
+def test_replicas_below_the_ceiling_do_not_warn() -> None:
+    """7,000/s: 840 in flight / 32 = 26.25 -> 27 replicas at 7000 / (27 x 333.3) = 77.8%,
+    below 80%; 40 slots per replica barely queue there (M/M/40 at 78%: W grows < 1%)."""
+    p = plan.replicas(rate_rps=7000, latency_s=0.120, per_replica=40)
+    assert p.outputs["replicas"] == 27
+    assert p.outputs["utilization_at_rate"] == pytest.approx(7000 / (27 * 40 / 0.120))
+    assert p.warnings == ()
+
+
+def test_replicas_warn_when_the_latency_contradicts_the_queueing() -> None:
+    """50/s at W = 2 s, 8 per replica (seed 002): 16 replicas at 78.1%. If 2 s were the
+    unloaded service time, M/M/8 at 78.1% waits Erlang C / (8 mu - lam) on top, which
+    the test computes on its own: the plan warns and names that mean latency."""
+    p = plan.replicas(rate_rps=50, latency_s=2.0, per_replica=8)
+    rho = 50 / (16 * 8 / 2.0)
+    a = 8 * rho
+    b = 1.0
+    for j in range(1, 9):
+        b = a * b / (j + a * b)
+    erlang_c = b / (1 - rho * (1 - b))
+    mean_ms = (2.0 + erlang_c / (8 / 2.0 - a / 2.0)) * 1e3
+    assert mean_ms > 2000 * 1.1
+    (warning,) = p.warnings
+    assert f"{mean_ms:.4g} ms" in warning and "78.1%" in warning
+
+
+def test_cli_replicas_prints_the_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "replicas", "--rate", "8000/s", "--latency", "120ms", "--per-replica", "40"]
+    code, out, _ = run_cli([*argv, "--spares", "1", "--max-utilization", "100%"], capsys)
+    assert code == 0
+    assert "warning   with 1 spare(s) failed the fleet runs at 100.0%" in out
+    doc = _json([*argv[1:], "--spares", "1"], capsys)
+    assert doc["outputs"]["replicas"] == 31 and doc["warnings"]
+
+
+# --- M/G/c and M/M/c/K ----------------------------------------------------------------------
+
+
+def test_queue_mgc_is_allen_cunneen(capsys: pytest.CaptureFixture[str]) -> None:
+    """c = 4, S = 10 ms, cv 0.5 at 90%: Wq = Wq(M/M/4) x (1 + 0.25) / 2, said to be an
+    approximation; cv 1 gives M/M/4's numbers exactly."""
+    argv = ["queue", "--servers", "4", "--service", "10ms", "--utilization", "90%"]
+    doc = _json([*argv, "--cv", "0.5"], capsys)
+    (row,) = doc["outputs"]["levels"]
+    wq_ms = cap.mmc_mean_wait_s(4, 0.01, 360) * 1e3 * 1.25 / 2
+    assert doc["inputs"]["queue"] == "M/G/4"
+    assert row["wq_ms"] == pytest.approx(wq_ms) and row["w_ms"] == pytest.approx(wq_ms + 10)
+    assert any("APPROXIMATION" in a for a in doc["assumptions"])
+    exp = plan.queue(servers=4, service_s=0.01, utilizations=[0.9], cv=1.0).outputs["levels"][0]
+    mmc = plan.queue(servers=4, service_s=0.01, utilizations=[0.9]).outputs["levels"][0]
+    assert exp["wq_ms"] == pytest.approx(mmc["wq_ms"], rel=1e-12)
+    # A mean target: the highest rate whose Allen-Cunneen mean latency is 20 ms.
+    slo = plan.queue(
+        servers=4, service_s=0.01, utilizations=[0.5], cv=0.5, slo=("mean", 0.0, 0.020)
+    ).outputs
+    lam = slo["slo_max_rate_rps"]
+    assert 0.01 + cap.mgc_mean_wait_s(4, 0.01, lam, 0.5) == pytest.approx(0.020, rel=1e-6)
+
+
+def test_queue_mmck_over_capacity_settles_and_blocks(capsys: pytest.CaptureFixture[str]) -> None:
+    """M/M/2/5 offered 120%: blocking p_5 from the birth-death weights computed here;
+    throughput lam (1 - p_5); carried utilization below 1."""
+    argv = ["queue", "--servers", "2", "--service", "10ms", "--max-in-system", "5"]
+    doc = _json([*argv, "--utilization", "120%"], capsys)
+    (row,) = doc["outputs"]["levels"]
+    a = 2.4
+    w = [a**n / math.factorial(min(n, 2)) / 2 ** max(0, n - 2) for n in range(6)]
+    p_block = w[-1] / sum(w)
+    assert doc["inputs"]["queue"] == "M/M/2/5"
+    assert row["p_block"] == pytest.approx(p_block, rel=1e-12)
+    assert row["throughput_rps"] == pytest.approx(240 * (1 - p_block))
+    assert (
+        row["carried_utilization"] == pytest.approx(1.2 * (1 - p_block))
+        and row["carried_utilization"] < 1
+    )
+    lengths = sum(n * x for n, x in enumerate(w)) / sum(w)
+    assert row["w_ms"] == pytest.approx(lengths / (240 * (1 - p_block)) * 1e3)

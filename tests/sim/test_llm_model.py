@@ -104,7 +104,7 @@ def drive_engine(
         if not eng.running:
             continue
         prefill, decoding = eng._plan()
-        end = t + cfg.step_s(sum(c for _, c in prefill), len(decoding))
+        end = t + eng.step_s(prefill, decoding)
         while nxt < n and arr_s[nxt] <= end:  # arrivals during the step (or at its end)
             submit(nxt)
             nxt += 1
@@ -126,6 +126,11 @@ CROSS_CASES = {
         max_num_seqs=8, prefill_chunk_tokens=64, kv_cache_tokens=2000, request_timeout_s=0.8
     ),
     "too-long": EngineConfig(max_model_len=300, max_num_seqs=4, max_waiting=10),
+    # Attention's context term: 2 us per KV token of the decoding batch.
+    "kv-term": EngineConfig(max_num_seqs=8, kv_s_per_token=2e-6, max_waiting=20),
+    "chunked-kv-term": EngineConfig(
+        max_num_seqs=8, prefill_chunk_tokens=64, kv_s_per_token=2e-6, max_waiting=20
+    ),
 }
 
 
@@ -450,3 +455,19 @@ def test_bad_values_name_their_field(fields: dict[str, Any], where: str) -> None
     with pytest.raises(BadInput) as err:
         llm_spec(LlmModel(), 1, "power_of_d")
     assert err.value.field == "scenario.routing"
+
+
+def test_the_context_term_by_hand() -> None:
+    """base 1 ms, no prefill or decode cost, 0.1 ms per KV token; one request, prompt 10,
+    3 tokens. Prefill (no decoding sequence: no KV term) 0-1 ms: token 1. Token 2 attends
+    to 10 + 1 tokens: 1 + 1.1 = 2.1 ms, at 3.1 ms; token 3 to 12: 2.2 ms, at 5.3 ms."""
+    cfg = EngineConfig(
+        base_s=0.001, prefill_s_per_token=0.0, decode_s_per_seq=0.0, kv_s_per_token=0.0001
+    )
+    for jump in (True, False):
+        res = _simulate(LlmSpec(cfg), np.array([0]), np.array([10]), np.array([3]), None, jump)
+        assert res.token_times == [[1 * MS, 3_100_000, 5_300_000]]
+        assert res.done_ns.tolist() == [5_300_000]
+    spec = llm_spec(LlmModel(kv_per_token="0.1ms"), 1, "round_robin")
+    assert spec.engine.kv_s_per_token == pytest.approx(0.0001)
+    assert EngineConfig().step_s(100, 8, 5000) == EngineConfig().step_s(100, 8)  # 0 by default

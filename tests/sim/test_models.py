@@ -18,7 +18,7 @@ from tailwise.records import ERROR_KINDS, error_code
 from tailwise.sim.fast import fcfs_one_server
 from tailwise.sim.run import simulate
 from tailwise.sim.scenario import parse_scenario
-from tailwise.sim.system_spec import CANCELLED, OK, REJECTED
+from tailwise.sim.system_spec import CANCELLED, DISCARDED, OK, REJECTED
 from tests.sim import CI, WIDEN, assert_covers, check_summary, ci, run
 
 MS = 1_000_000
@@ -354,28 +354,37 @@ HEDGE_BASE = {
 }
 
 
-def test_hedging_cuts_p99_and_reports_its_extra_load() -> None:
+@pytest.mark.parametrize("cancel", ["instant", "queued_only"])
+def test_hedging_cuts_p99_and_reports_its_extra_load(cancel: str) -> None:
     """A second leg to another replica after 20 ms (about the unhedged p88): p99 falls in
-    every replication; the price is visible (extra legs served, losers cancelled)."""
+    every replication; the price is visible (extra legs served, losers let go). With
+    free cancellation a loser cut short may even save server time (a straggler is cut);
+    when work in service cannot be aborted, the losers' server time is extra load."""
     ratio, extra = [], []
     for seed in range(5):
         arrival = {**HEDGE_BASE["arrival"], "seed": seed}
         plain = run({**HEDGE_BASE, "arrival": arrival}).summary
-        hedged_run = run({**HEDGE_BASE, "arrival": arrival, "hedge": {"after": "20ms"}})
+        hedge = {"after": "20ms", "cancel": cancel}
+        hedged_run = run({**HEDGE_BASE, "arrival": arrival, "hedge": hedge})
         hedged = hedged_run.summary
         legs = hedged["sim"]["legs"]
         n = hedged["sim"]["requests"]
         assert hedged["latency_ms"]["p99"] < plain["latency_ms"]["p99"]
-        assert legs["extra_load"] > 0 and legs["cancelled"] > 0
         # Exact bookkeeping: a hedge is sent iff the request was not done 20 ms in; each
-        # hedged request then ends with one winner and one cancelled loser.
+        # hedged request then ends with one winner and one loser, cancelled (dropped from
+        # its queue, or cut in service when cancellation is instant) or discarded (served
+        # to its end for nobody).
         rec = hedged_run.records
         late = int(((rec.done_ns - rec.scheduled_ns) > 20 * MS).sum())
-        assert legs["sent"] - n == late == legs["cancelled"]
+        assert legs["sent"] - n == late == legs["cancelled"] + legs["discarded"]
+        assert legs["cancel"] == cancel and legs["cancelled"] > 0
+        assert (legs["discarded"] == 0) == (cancel == "instant")
         assert n <= legs["served"] <= legs["sent"]
-        assert legs["extra_load"] == pytest.approx((legs["served"] - n) / n, abs=1e-4)
+        assert legs["legs_per_request"] == pytest.approx(legs["served"] / n, abs=1e-4)
+        if cancel == "queued_only":
+            assert legs["extra_load"] > 0
         ratio.append(hedged["latency_ms"]["p99"] / plain["latency_ms"]["p99"])
-        extra.append(legs["extra_load"])
+        extra.append(legs["legs_per_request"] - 1)
     improvement, cost = ci(ratio), ci(extra)
     assert improvement.mean + improvement.half < 0.8, improvement
     assert cost.mean - cost.half > 0 and cost.mean + cost.half < 0.2, cost
@@ -426,8 +435,9 @@ def test_bounded_queue_rejects_at_the_blocking_probability(servers: int, queue_l
     assert_covers(rejected, blocking, f"blocking, c = {servers}, K = {queue_limit}")
 
 
+@pytest.mark.parametrize("cancel", ["instant", "queued_only"])
 @pytest.mark.parametrize(("n", "k"), [(3, 1), (3, 2), (3, 3)])
-def test_fanout_with_rejections_decides_each_request_once(n: int, k: int) -> None:
+def test_fanout_with_rejections_decides_each_request_once(n: int, k: int, cancel: str) -> None:
     """k of n legs on bounded replicas: a request fails only when k successes became
     impossible, succeeds with exactly k ok legs, and sends no leg after it was decided.
     (Regression: a first leg rejected used to fail a k < n request before its other
@@ -438,7 +448,7 @@ def test_fanout_with_rejections_decides_each_request_once(n: int, k: int) -> Non
         "replicas": n,
         "queue_limit": 0,
         "routing": "random",
-        "fanout": {"n": n, "k": k},
+        "fanout": {"n": n, "k": k, "cancel": cancel},
     }
     r = run(sc)
     res = r.result
@@ -450,12 +460,21 @@ def test_fanout_with_rejections_decides_each_request_once(n: int, k: int) -> Non
     assert (ok_legs[res.status == OK] == k).all()
     assert (ok_legs[res.status == REJECTED] < k).all()
     assert (rejected_legs[res.status == REJECTED] > n - k).all()
-    # Nothing of a request outlives its decision: every leg ended (served, rejected or
-    # cancelled) by the instant its request was decided.
-    assert (res.leg_done_ns <= res.done_ns[res.leg_parent]).all()
+    # With free cancellation nothing of a request outlives its decision: every leg ended
+    # (served, rejected or cancelled) by the instant its request was decided. Without a
+    # queue (limit 0) every leg let go is in service: queued_only lets it run to its end,
+    # after the decision, and cancels none.
+    discarded = res.leg_status == DISCARDED
+    decided = res.done_ns[res.leg_parent]
+    assert (res.leg_done_ns[~discarded] <= decided[~discarded]).all()
+    assert (res.leg_done_ns[discarded] > decided[discarded]).all()
     assert (res.status == REJECTED).any() and (res.status == OK).any()
     cancelled = res.leg_status == CANCELLED
     assert (res.leg_done_ns[cancelled] == res.done_ns[res.leg_parent[cancelled]]).all()
+    if cancel == "instant":
+        assert not discarded.any()
+    elif k < n:
+        assert discarded.any() and not cancelled.any()
 
 
 def test_slow_replica_slows_exactly_its_share() -> None:
@@ -487,7 +506,9 @@ def test_ci_helper_rejects_a_wrong_closed_form() -> None:
 def test_hedging_after_the_p95_costs_about_five_percent_extra_load() -> None:
     """The Tail at Scale's rule: hedge only once a request is slower than the 95th
     percentile of recent answers. About 5% of requests get a second leg (a little
-    less: some finish before their hedge is served), and the p99 still falls by far."""
+    less: some finish before their hedge is served), and the p99 still falls by far:
+    below 0.3 of the unhedged p99 with free cancellation; when losers in service cannot
+    be aborted (queued_only) they hold servers, so it falls less, but still below half."""
     base = {
         "arrival": {"rate": "300/s", "duration": "40s", "warmup": "2s", "seed": 3},
         "service": "lognormal:5ms,1.0",
@@ -497,8 +518,13 @@ def test_hedging_after_the_p95_costs_about_five_percent_extra_load() -> None:
     }
     plain = run(base).summary
     hedged = run({**base, "hedge": {"after": "p95"}}).summary
+    free = run({**base, "hedge": {"after": "p95", "cancel": "instant"}}).summary
     sim = hedged["sim"]
-    assert 0.02 <= sim["legs"]["extra_load"] <= 0.08
-    assert hedged["latency_ms"]["p99"] < 0.3 * plain["latency_ms"]["p99"]
+    assert 0.02 <= sim["legs"]["legs_per_request"] - 1 <= 0.08
+    # The hedges that started run to their end (cancel: queued_only): extra server time.
+    assert sim["legs"]["server_time_x"] > 1
+    assert free["latency_ms"]["p99"] < 0.3 * plain["latency_ms"]["p99"]
+    p99 = hedged["latency_ms"]["p99"]
+    assert free["latency_ms"]["p99"] < p99 < 0.5 * plain["latency_ms"]["p99"]
     # The delay in force is the p95 of the last answers, near the requests' own p95.
     assert sim["hedge_delay_ms"] == pytest.approx(hedged["latency_ms"]["p95"], rel=0.5)

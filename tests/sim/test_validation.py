@@ -58,7 +58,7 @@ def test_event_kernel_matches_fast_path_per_request(servers: int, service: str) 
 @pytest.mark.parametrize(
     ("routing", "servers"),
     [("round_robin", 1), ("round_robin", 2), ("random", 1), ("random", 3), ("jsq", 1),
-     ("least_outstanding", 1)],
+     ("least_outstanding", 1), ("power_of_d", 1)],
 )  # fmt: skip
 @pytest.mark.parametrize("bursts", [False, True])
 def test_routed_fast_paths_match_the_event_engine(routing: str, servers: int, bursts: bool) -> None:
@@ -393,3 +393,19 @@ def test_toml_scenario_runs_like_yaml(tmp_path: Path, capsys: pytest.CaptureFixt
         docs.append(json.loads(out))
     assert docs[0]["latency_ms"] == docs[1]["latency_ms"]
     assert math.isclose(docs[0]["rates"]["offered_rps"], docs[1]["rates"]["offered_rps"])
+
+
+@pytest.mark.parametrize("d", [1, 3, 7])
+def test_power_of_d_fast_path_matches_the_event_engine_for_any_d(d: int) -> None:
+    """d = 1 is random routing by another name, d = 7 > 5 replicas samples all five (the
+    least loaded wins, the first sampled on a tie): done and replica match the event
+    engine request by request, and the run reports the loop it took."""
+    spec = SystemSpec(parse_distribution("exp:5ms"), replicas=5, routing="power_of_d", power_d=d)
+    arrivals = poisson_arrivals(0.9 * 5 / 0.005, 6000, seed=d)
+    assert fast_path_applies(spec)
+    events = System(spec, np.random.default_rng([2, d])).run(arrivals)
+    done, _, replica = run_fast(spec, arrivals, np.random.default_rng([2, d]))
+    np.testing.assert_array_equal(done, events.done_ns)
+    np.testing.assert_array_equal(replica, events.replica)
+    sc = {"arrival": {"rate": "500/s", "duration": "2s"}, "replicas": 5, "routing": "power_of_d"}
+    assert simulate(parse_scenario(sc)).summary["sim"]["engine"] == "power-of-d loop"

@@ -42,7 +42,12 @@ def plan_little(
 @click.option("--latency", required=True, help="Mean latency at that load, e.g. 40ms.")
 @click.option("--per-replica", required=True, help="Requests one replica holds in flight, e.g. 32.")
 @click.option(
-    "--utilization", default="100%", show_default=True, help="Ceiling on per-replica use."
+    "--max-utilization",
+    "--utilization",
+    "utilization",
+    default="80%",
+    show_default=True,
+    help="Ceiling: the share of a replica's capacity used at the planned rate.",
 )
 @click.option("--headroom", default="0%", show_default=True, help="Extra traffic to absorb.")
 @click.option("--spares", default="0", show_default=True, help="Replicas that may fail (N+k).")
@@ -65,7 +70,7 @@ def plan_replicas(
             rate_rps=parse_rate_rps(rate, "--rate"),
             latency_s=parse_duration_ns(latency, "--latency", allow_zero=False) / 1e9,
             per_replica=p.parse_positive(per_replica, "--per-replica"),
-            utilization=parse_fraction(utilization, "--utilization"),
+            utilization=parse_fraction(utilization, "--max-utilization"),
             headroom=parse_fraction(headroom, "--headroom"),
             spares=parse_count(spares, "--spares", minimum=0),
         ),
@@ -73,13 +78,18 @@ def plan_replicas(
     )
 
 
-@plan.command("queue", short_help="M/M/1, M/M/c, M/G/1: waits, tails, the load an SLO allows.")
+@plan.command(
+    "queue", short_help="M/M/1, M/M/c, M/G/1, M/G/c, M/M/c/K: waits, tails, blocking, SLO loads."
+)
 @click.option("--servers", default="1", show_default=True, help="c: servers (M/M/c).")
 @click.option("--service", help="Mean service time per request, e.g. 5ms.")
 @click.option("--utilization", help="Load(s) as utilization: 50%,80%,90%.")
 @click.option("--rate", help="Load(s) as arrival rates: 100/s,150/s (needs --service).")
-@click.option("--cv", help="Service-time coefficient of variation: M/G/1 (--servers 1).")
+@click.option("--cv", help="Service-time coefficient of variation: M/G/1, M/G/c (approx.).")
 @click.option("--slo", help="Latency target to find the highest load for: p99<=50ms, mean<=20ms.")
+@click.option(
+    "--max-in-system", help="K: requests held (waiting + in service); more are turned away."
+)
 @json_flag
 def plan_queue(
     servers: str,
@@ -88,9 +98,11 @@ def plan_queue(
     rate: str | None,
     cv: str | None,
     slo: str | None,
+    max_in_system: str | None,
     as_json: bool,
 ) -> None:
-    """M/M/1, M/M/c (Erlang C) or M/G/1 (Pollaczek-Khinchine): waits, queues, percentiles."""
+    """M/M/1, M/M/c (Erlang C), M/G/1 (Pollaczek-Khinchine), M/G/c (Allen-Cunneen, an
+    approximation) or M/M/c/K (exact, with blocking): waits, queues, percentiles."""
     from tailwise import plan as p
     from tailwise.units import parse_count, parse_duration_ns, parse_rate_rps
 
@@ -100,12 +112,17 @@ def plan_queue(
             service_s=parse_duration_ns(service, "--service", allow_zero=False) / 1e9
             if service
             else None,
-            utilizations=p.parse_utilizations(utilization) if utilization else None,
+            utilizations=(p.parse_offered_loads if max_in_system else p.parse_utilizations)(
+                utilization
+            )
+            if utilization
+            else None,
             rates_rps=p.parse_list(rate, "--rate", parse_rate_rps) if rate else None,
             cv=p.parse_positive(cv, "--cv", "a number >= 0, e.g. 0.5", allow_zero=True)
             if cv
             else None,
             slo=p.parse_latency_slo(slo) if slo else None,
+            max_in_system=parse_count(max_in_system, "--max-in-system") if max_in_system else None,
         ),
         as_json,
     )

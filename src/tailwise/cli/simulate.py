@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -100,7 +101,34 @@ def simulate(
         print_summary(result.summary, str(directory), stderr=as_json)
         sim = result.summary["sim"]
         line = f"simulated {sim['requests']} requests in {sim['wall_s']:.2f}s ({sim['engine']})"
-        if "legs" in sim:
-            line += f"; extra load {sim['legs']['extra_load']:.1%} of requests"
         click.echo(line, err=as_json)
+        if "kv_allocation" in sim:
+            pre = sim["preemptions"]
+            click.echo(
+                f"kv {sim['kv_allocation']}: at most {sim['peak_running_seqs']} sequences ran "
+                f"at once; {pre['count']} preemptions of {pre['requests']} requests"
+                + (
+                    f"; {sim['prefix_hits']} prefix-cache hits"
+                    if sim.get("prefix_hits") is not None
+                    else ""
+                ),
+                err=as_json,
+            )
+        legs = sim.get("legs")
+        if legs is not None and (legs["sent"] > sim["requests"] or legs["needed_per_request"] > 1):
+            click.echo(_redundancy_line(legs), err=as_json)
     sys.exit({"pass": 0, "fail": 1, "invalid": 3}[result.summary["verdict"]])
+
+
+def _redundancy_line(legs: dict[str, Any]) -> str:
+    """What hedging or fan-out cost: legs started, and server time against the work of
+    the legs each request needed (1 when hedged, k of a k-of-n fan-out)."""
+    need = legs["needed_per_request"]
+    line = (
+        f"redundancy (cancel: {legs['cancel']}): {legs['legs_per_request']:.3g} legs started "
+        f"per request ({need} needed)"
+    )
+    if legs["server_time_x"] is None:
+        return line + "; server time not split per leg (batches share it)"
+    base = "unhedged" if need == 1 else f"the {need} legs needed"
+    return line + f"; server time {legs['server_time_x']:.3g}x of {base}"

@@ -4,6 +4,11 @@ A step's duration is
 
     step = base + prefill_per_token x (prompt tokens prefilled in the step)
                 + decode_per_seq x (sequences decoding in the step)
+                + kv_per_token x (KV tokens the decoding sequences attend to)
+
+The last term is attention's cost growing with context: a sequence making
+its k-th token attends to prompt + k - 1 tokens of KV. It is 0 by default
+(the demo's law has no context term), and calibrate does not fit it yet.
 
 The demo server (:mod:`tailwise.server.engine`) sleeps that long per step in
 real time, the simulator (:mod:`tailwise.sim.llm`) replays the same steps in
@@ -17,6 +22,14 @@ through :func:`step_cost`. Both engines schedule by the same rules:
   sequence takes one token of Q and what is left goes to prompt chunks, FCFS
   (:func:`prefill_chunks`; the simulator inlines it in its per-step loop, and
   its tests check it step for step against the demo engine).
+
+KV-cache allocation (``kv_allocation``): ``reserve`` (the demo server's rule)
+holds prompt + max_tokens tokens from admission to the end, so a running
+sequence never runs out; ``paged`` (vLLM's PagedAttention, simulator only)
+allocates blocks of ``kv_block_tokens`` as tokens are produced, admits while
+``kv_watermark`` of the blocks stays free, and preempts a running sequence
+when one needs a block and none is free (:mod:`tailwise.sim.llm_paged`), by
+recompute or (``kv_preemption: swap``) by moving its blocks to CPU memory.
 
 The closed forms that follow from this law (saturated throughput, idle TTFT)
 are in :mod:`tailwise.capacity`.
@@ -34,9 +47,16 @@ def step_cost(
     decode_per_seq: float,
     prefill_tokens: float,
     decoding: float,
+    kv_per_token: float = 0.0,
+    kv_tokens: float = 0.0,
 ) -> float:
-    """One step's duration, in the unit of the three coefficients (s, ms, ...)."""
-    return base + prefill_per_token * prefill_tokens + decode_per_seq * decoding
+    """One step's duration, in the unit of the coefficients (s, ms, ...)."""
+    cost = base + prefill_per_token * prefill_tokens + decode_per_seq * decoding
+    return cost + kv_per_token * kv_tokens if kv_per_token else cost
+
+
+KV_ALLOCATIONS = ("reserve", "paged")
+KV_PREEMPTIONS = ("recompute", "swap")
 
 
 @dataclass(frozen=True)
@@ -52,20 +72,48 @@ class EngineConfig:
     max_waiting: int = 128
     max_model_len: int = 4096
     request_timeout_s: float = 60.0
+    kv_s_per_token: float = 0.0  # attention: per KV token of the decoding sequences
+    kv_allocation: str = "reserve"  # one of KV_ALLOCATIONS (the demo server: reserve only)
+    kv_block_tokens: int = 16  # paged: tokens per block (vLLM's default block size)
+    kv_watermark: float = 0.01  # paged: share of blocks admission leaves free (vLLM's 0.01)
+    kv_preemption: str = "recompute"  # paged: "recompute" or "swap" (blocks to CPU memory)
+    kv_swap_s_per_block: float = 0.0  # paged, swap: a step's extra time per block moved
+    prefix_caching: bool = False  # paged: shared prompt prefixes keep their blocks
 
-    def step_s(self, prefill_tokens: int, decoding: int) -> float:
+    @property
+    def kv_blocks(self) -> int:
+        """Paged: the blocks the cache holds (a partial block at the end is unusable)."""
+        return self.kv_cache_tokens // self.kv_block_tokens
+
+    @property
+    def watermark_blocks(self) -> int:
+        """Paged: blocks admission must leave free, ``int(watermark x blocks)`` as vLLM."""
+        return int(self.kv_watermark * self.kv_blocks)
+
+    def step_s(self, prefill_tokens: int, decoding: int, kv_tokens: int = 0) -> float:
+        """``kv_tokens``: the KV the decoding sequences attend to (prompt + tokens made)."""
         return step_cost(
-            self.base_s, self.prefill_s_per_token, self.decode_s_per_seq, prefill_tokens, decoding
+            self.base_s,
+            self.prefill_s_per_token,
+            self.decode_s_per_seq,
+            prefill_tokens,
+            decoding,
+            self.kv_s_per_token,
+            kv_tokens,
         )
 
-    def step_ns(self, prefill_tokens: int, decoding: int) -> int:
+    def step_ns(self, prefill_tokens: int, decoding: int, kv_tokens: int = 0) -> int:
         """:meth:`step_s` rounded to the nanosecond (the simulator's clock)."""
-        return round(self.step_s(prefill_tokens, decoding) * 1e9)
+        return round(self.step_s(prefill_tokens, decoding, kv_tokens) * 1e9)
 
     @property
     def max_context_tokens(self) -> int:
-        """The largest prompt + max_tokens a request may have and still run."""
-        return min(self.max_model_len, self.kv_cache_tokens)
+        """The largest prompt + max_tokens a request may have and still run (paged: in
+        the blocks admission may use, beside the watermark)."""
+        most = min(self.max_model_len, self.kv_cache_tokens)
+        if self.kv_allocation == "paged":
+            most = min(most, (self.kv_blocks - self.watermark_blocks) * self.kv_block_tokens)
+        return most
 
     def refusal(self, prompt_tokens: int, max_tokens: int) -> str:
         """Why a request can never run ('' when it can): answered with 400."""
@@ -80,6 +128,14 @@ class EngineConfig:
             return (
                 f"request needs {context} KV-cache tokens; the cache holds {self.kv_cache_tokens}"
             )
+        if self.kv_allocation == "paged":
+            blocks = -(-context // self.kv_block_tokens)
+            room = self.kv_blocks - self.watermark_blocks
+            if blocks > room:
+                return (
+                    f"request needs {blocks} KV blocks of {self.kv_block_tokens} tokens; "
+                    f"admission may use {room} (the watermark keeps {self.watermark_blocks} free)"
+                )
         return ""
 
 

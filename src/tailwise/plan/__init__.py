@@ -8,7 +8,8 @@ package assembles them, one module per family:
 
 * :mod:`~tailwise.plan.littles`: Little's law and fleet sizes by it
   (:func:`little`, :func:`replicas`);
-* :mod:`~tailwise.plan.queueing`: M/M/1, M/M/c and M/G/1 queues (:func:`queue`);
+* :mod:`~tailwise.plan.queueing`: M/M/1, M/M/c, M/G/1, M/G/c (Allen-Cunneen) and
+  M/M/c/K queues (:func:`queue`);
 * :mod:`~tailwise.plan.stages`: Amdahl's law and latency budgets (:func:`amdahl`);
 * :mod:`~tailwise.plan.probability`: fan-out tails and availability
   (:func:`fanout`, :func:`availability`);
@@ -23,6 +24,7 @@ from tailwise.plan.forms import (
     SLO_FORM,
     parse_latency_slo,
     parse_list,
+    parse_offered_loads,
     parse_pairs,
     parse_positive,
     parse_speedup,
@@ -50,6 +52,7 @@ __all__ = [
     "little",
     "parse_latency_slo",
     "parse_list",
+    "parse_offered_loads",
     "parse_pairs",
     "parse_positive",
     "parse_speedup",

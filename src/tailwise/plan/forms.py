@@ -63,6 +63,23 @@ def parse_utilizations(text: str, field: str = "--utilization") -> list[float]:
     return levels
 
 
+def parse_offered_loads(text: str, field: str = "--utilization") -> list[float]:
+    """Offered loads of a bounded queue (M/M/c/K): fractions >= 0, 100% and over allowed
+    (arrivals beyond capacity are turned away, so the queue settles at any load)."""
+
+    def one(item: str, where: str) -> float:
+        body = item.strip()
+        try:
+            value = float(body[:-1]) / 100 if body.endswith("%") else float(body)
+        except ValueError:
+            value = -1.0
+        if not (value >= 0 and math.isfinite(value)):
+            raise BadInput(where, item, "an offered load such as 80% or 1.2 (>= 0)")
+        return value
+
+    return parse_list(text, field, one)
+
+
 def parse_stages(items: tuple[str, ...]) -> tuple[list[tuple[str, float]], bool]:
     """``--stage`` values: all shares (``70%``, ``0.7``) or all times (``1400ms``)."""
     stages: list[tuple[str, float]] = []

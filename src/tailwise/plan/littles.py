@@ -2,10 +2,19 @@
 
 :func:`replicas` is the ``capacity_plan`` of seed 002: ``ceil(rate x (1 +
 headroom) x W / (u x N)) + spares`` replicas for a rate at a mean latency W,
-N requests in flight per replica and a utilization ceiling u.
+N requests in flight per replica and a utilization ceiling u (the share of a
+replica's capacity ``N / W`` used at the planned rate). The ceiling defaults
+to :data:`DEFAULT_CEILING` (80%): a fleet sized at 100% has no slack, and
+queueing at high utilization raises W, the very input the size rests on. The
+plan warns when the fleet runs at or above its ceiling (all spares failed
+included) and when W is inconsistent with the queueing the planned
+utilization implies (M/M/N per replica: N slots as N servers).
 """
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 from tailwise import capacity as cap
 from tailwise.errors import BadInput
@@ -55,18 +64,23 @@ def little(*, concurrency: float | None, rate_rps: float | None, latency_s: floa
     return Plan("little", LITTLE_TITLE, inputs, outputs, LITTLE_ASSUMPTIONS)
 
 
+DEFAULT_CEILING = 0.8
+# W may grow this much from queueing at the planned utilization before the plan warns.
+QUEUEING_TOLERANCE = 0.10
+
+
 def replicas(
     *,
     rate_rps: float,
     latency_s: float,
     per_replica: float,
-    utilization: float = 1.0,
+    utilization: float = DEFAULT_CEILING,
     headroom: float = 0.0,
     spares: int = 0,
 ) -> Plan:
     """Fleet size by Little's law (the ``capacity_plan`` of seed 002, plus headroom and N+k)."""
     if utilization <= 0:
-        raise BadInput("--utilization", f"{utilization:.0%}", "a ceiling above 0%")
+        raise BadInput("--max-utilization", f"{utilization:.0%}", "a ceiling above 0%")
     if spares < 0:
         raise BadInput("--spares", spares, "a whole number >= 0")
     usable = per_replica * utilization
@@ -99,4 +113,41 @@ def replicas(
         "utilization_after_failures": rate_rps / (for_headroom * max_rps),
         "ceiling_headroom": 1.0 - utilization,
     }
-    return Plan("replicas", REPLICAS_TITLE, inputs, outputs, REPLICAS_ASSUMPTIONS)
+    notes = _ceiling_warnings(outputs, utilization, spares)
+    notes += _queueing_warning(latency_s, per_replica, outputs["utilization_after_failures"])
+    return Plan("replicas", REPLICAS_TITLE, inputs, outputs, REPLICAS_ASSUMPTIONS, warnings=notes)
+
+
+def _ceiling_warnings(outputs: dict[str, Any], ceiling: float, spares: int) -> tuple[str, ...]:
+    """A fleet at (or above) its ceiling, or a ceiling that leaves no slack at all."""
+    out: list[str] = []
+    worst = outputs["utilization_after_failures"]
+    if ceiling >= 1.0:
+        out.append(
+            f"utilization ceiling {ceiling:.0%}: a replica at 100% is saturated and its "
+            "queue grows without bound (plan queue refuses it); use --max-utilization 80% or less"
+        )
+    if worst >= ceiling - 1e-9:
+        when = f"with {spares} spare(s) failed" if spares else "at the planned rate"
+        out.append(
+            f"{when} the fleet runs at {worst:.1%} of its capacity, at or above the "
+            f"{ceiling:.0%} ceiling: no slack for bursts"
+        )
+    return tuple(out)
+
+
+def _queueing_warning(latency_s: float, slots: float, rho: float) -> tuple[str, ...]:
+    """If W were the unloaded service time, M/M/N at ``rho`` would make it longer."""
+    n = max(1, math.floor(slots))
+    if rho >= 1 - 1e-9:  # at capacity (float noise included): the queue never settles
+        grown = math.inf
+    else:
+        grown = cap.mmc_mean_wait_s(n, latency_s, rho * n / latency_s) + latency_s
+    if grown <= latency_s * (1 + QUEUEING_TOLERANCE):
+        return ()
+    became = "unbounded" if math.isinf(grown) else f"{grown * 1e3:.4g} ms"
+    return (
+        f"W = {latency_s * 1e3:g} ms must be the mean latency AT {rho:.1%} utilization: "
+        f"if it is the unloaded service time, {n} slots per replica as M/M/{n} servers queue "
+        f"and the mean latency is {became}, so more replicas are needed",
+    )

@@ -3,7 +3,10 @@
 :meth:`Plan.to_json` is the ``tailwise.plan/1`` document::
 
     {"schema": "tailwise.plan/1", "tool_version": ..., "model": "replicas",
-     "inputs": {...}, "outputs": {...}, "assumptions": [...]}
+     "inputs": {...}, "outputs": {...}, "assumptions": [...], "warnings": [...]}
+
+``warnings`` are lines about this plan's own numbers (a fleet sized at its
+ceiling, a latency the implied queueing contradicts); printed, never fatal.
 
 Names carry their unit (``_rps``, ``_ms``, ``_usd``); shares and
 probabilities are fractions in [0, 1]; an unbounded value is ``null``.
@@ -28,6 +31,7 @@ class Plan:
     outputs: dict[str, Any]
     assumptions: tuple[str, ...]
     command: str = "plan"  # the heading's verb: plan, calibrate
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         from tailwise.version import __version__
@@ -39,6 +43,7 @@ class Plan:
             "inputs": _finite(self.inputs),
             "outputs": _finite(self.outputs),
             "assumptions": list(self.assumptions),
+            "warnings": list(self.warnings),
         }
 
 

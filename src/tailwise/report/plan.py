@@ -58,6 +58,7 @@ def render(plan: Plan) -> Any:
     for section, key, value in lines:
         parts.append(Text(f"{section:<8}", "dim") + Text(f"{key:<{width}}  {value}"))
     parts += grids
+    parts += [Text(f"warning   {w}", "bold yellow") for w in plan.warnings]
     parts += [Text(f"assumes   {a}", "dim") for a in plan.assumptions]
     return Group(*parts)
 

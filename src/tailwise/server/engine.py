@@ -152,7 +152,7 @@ class Engine(Background):
                 next_start = time.monotonic()
                 continue
             prefill, decoding = self._plan()
-            step_s = self.config.step_s(sum(n for _, n in prefill), len(decoding))
+            step_s = self.step_s(prefill, decoding)
             # Steps run on an absolute timeline: a wake-up that came a little late
             # (uvloop timers tick in milliseconds) is made up by the next sleep,
             # so the modelled step times do not drift. Only a real shortage of
@@ -194,6 +194,16 @@ class Engine(Background):
             return [], decoding
         chunks = prefill_chunks(budget, len(decoding), left)
         return list(zip(pending, chunks, strict=False)), decoding  # the first len(chunks)
+
+    def step_s(self, prefill: list[tuple[Sequence, int]], decoding: list[Sequence]) -> float:
+        """The step law on a planned step; a decoding sequence attends to the KV of its
+        prompt and of the tokens it has made."""
+        kv = (
+            sum(s.prompt_tokens + s.generated for s in decoding)
+            if self.config.kv_s_per_token
+            else 0
+        )
+        return self.config.step_s(sum(n for _, n in prefill), len(decoding), kv)
 
     def _apply(
         self, prefill: list[tuple[Sequence, int]], decoding: list[Sequence], now: float

@@ -175,3 +175,50 @@ def jsq_python(
         done[i] = end
         chosen[i] = j
     return np.array(done, dtype=np.int64), np.array(chosen, dtype=np.int64)
+
+
+def power_of_d_single_servers(
+    arrivals_ns: np.ndarray, service_ns: np.ndarray, replicas: int, d: int, uniforms: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Power of d choices over ``replicas`` one-server FCFS queues: (done, replica).
+
+    Each arrival samples ``min(d, replicas)`` distinct replicas by a partial
+    Fisher-Yates shuffle of ``0..replicas-1`` (one uniform per pick, from
+    ``uniforms`` in order, as the event engine's router draws them) and joins
+    the first of them with the fewest requests not yet departed; departures at
+    an arrival's instant leave first. The shuffle keeps only the swapped
+    positions, so a pick costs O(d) whatever the fleet's size.
+    """
+    bits = max(1, (replicas - 1).bit_length())
+    mask = (1 << bits) - 1
+    count = [0] * replicas
+    last = [0] * replicas
+    heap = [1 << 62]
+    n = len(arrivals_ns)
+    done = [0] * n
+    chosen = [0] * n
+    u = uniforms.tolist()
+    picks = min(d, replicas)
+    pop, push = heapq.heappop, heapq.heappush
+    pos = 0
+    for i, (a, s) in enumerate(zip(arrivals_ns.tolist(), service_ns.tolist(), strict=True)):
+        key = a << bits | mask
+        while heap[0] <= key:
+            count[pop(heap) & mask] -= 1
+        swapped: dict[int, int] = {}
+        best, best_load = -1, -1
+        for k in range(picks):
+            pick = k + int(u[pos] * (replicas - k))
+            pos += 1
+            here, there = swapped.get(k, k), swapped.get(pick, pick)
+            swapped[k], swapped[pick] = there, here
+            if best < 0 or count[there] < best_load:
+                best, best_load = there, count[there]
+        free = last[best]
+        end = (a if a > free else free) + s
+        last[best] = end
+        count[best] += 1
+        push(heap, end << bits | best)
+        done[i] = end
+        chosen[i] = best
+    return np.array(done, dtype=np.int64), np.array(chosen, dtype=np.int64)

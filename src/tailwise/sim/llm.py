@@ -44,8 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailwise.errors import BadInput
-from tailwise.laws.llm import EngineConfig
+from tailwise.laws.llm import KV_ALLOCATIONS, KV_PREEMPTIONS, EngineConfig
 from tailwise.sim.llm_engine import IDLE_NS, TRANSFER, LlmEngine, RequestTable
+from tailwise.sim.llm_paged import PagedLlmEngine
 from tailwise.sim.llm_prefill import PrefillEngine
 
 ROUTINGS = ("round_robin", "random", "least_outstanding")
@@ -60,6 +61,10 @@ class LlmSpec:
     transfer_ns: int = 0
     transfer_ns_per_token: float = 0.0
     token_times: bool = True  # keep every token's time (for ITL); off for huge runs
+    # Shared prompt prefixes (the workload): groups, and tokens every prompt of a group
+    # starts with; cached only with engine.prefix_caching (paged KV).
+    prefix_groups: int = 0
+    prefix_tokens: int = 0
 
 
 @dataclass
@@ -70,6 +75,10 @@ class LlmResult:
     replica: np.ndarray  # the engine that answered (decode engine when disaggregated)
     token_times: list[list[int] | None] | None  # per request, token emission instants (ns)
     steps: int  # engine steps simulated (all engines)
+    preempted: np.ndarray | None = None  # per request, times preempted (paged KV)
+    preemptions: int = 0  # all engines
+    prefix_hits: int = 0  # admissions that skipped a cached prefix's prefill
+    peak_running: int = 0  # the most sequences one engine ran at once
 
 
 def _route(
@@ -135,12 +144,37 @@ def _check(
         raise BadInput("transfer", spec.transfer_ns, "a duration of at least 0")
     if min(cfg.max_num_seqs, cfg.kv_cache_tokens, cfg.max_model_len) < 1 or cfg.max_waiting < 0:
         raise BadInput("engine", cfg, "positive limits and max_waiting >= 0")
-    if cfg.step_ns(0, 0) < 1 or min(cfg.prefill_s_per_token, cfg.decode_s_per_seq) < 0:
+    if (
+        cfg.step_ns(0, 0) < 1
+        or min(cfg.prefill_s_per_token, cfg.decode_s_per_seq, cfg.kv_s_per_token) < 0
+    ):
         raise BadInput("engine.base_s", cfg.base_s, "a step cost of at least 1 ns")
     if cfg.request_timeout_s <= 0:
         raise BadInput("engine.request_timeout_s", cfg.request_timeout_s, "a positive timeout")
+    if cfg.kv_allocation not in KV_ALLOCATIONS:
+        raise BadInput("engine.kv_allocation", cfg.kv_allocation, " | ".join(KV_ALLOCATIONS))
+    if cfg.kv_allocation == "paged":
+        _check_paged(spec)
     if len(prompt_tokens) and (prompt_tokens.min() < 1 or max_tokens.min() < 1):
         raise BadInput("prompt_tokens", "a count below 1", "at least 1 prompt and 1 output token")
+    if cfg.prefix_caching and cfg.kv_allocation != "paged":
+        raise BadInput("prefix_caching", True, "paged KV (kv_allocation: paged)")
+    if spec.prefix_groups and len(prompt_tokens) and prompt_tokens.min() <= spec.prefix_tokens:
+        raise BadInput("prefix_tokens", spec.prefix_tokens, "fewer tokens than every prompt")
+
+
+def _check_paged(spec: LlmSpec) -> None:
+    cfg = spec.engine
+    if spec.prefill_replicas:
+        raise BadInput("kv_allocation", "paged", "reserve with prefill replicas (disaggregated)")
+    if not 1 <= cfg.kv_block_tokens <= cfg.kv_cache_tokens:
+        raise BadInput("kv_block_tokens", cfg.kv_block_tokens, "1 .. kv_cache_tokens")
+    if not 0 <= cfg.kv_watermark < 1:
+        raise BadInput("kv_watermark", cfg.kv_watermark, "a share of the blocks in [0, 1)")
+    if cfg.kv_preemption not in KV_PREEMPTIONS or cfg.kv_swap_s_per_block < 0:
+        raise BadInput("kv_preemption", cfg.kv_preemption, " | ".join(KV_PREEMPTIONS))
+    if cfg.prefix_caching and cfg.kv_preemption == "swap":
+        raise BadInput("prefix_caching", True, "recompute preemption with prefix caching")
 
 
 def simulate_llm(
@@ -149,9 +183,11 @@ def simulate_llm(
     prompt_tokens: np.ndarray,
     max_tokens: np.ndarray,
     rng: np.random.Generator,
+    groups: np.ndarray | None = None,
 ) -> LlmResult:
-    """Every request's first-token and answer instants on the engines of ``spec``."""
-    return _simulate(spec, arrivals_ns, prompt_tokens, max_tokens, rng)
+    """Every request's first-token and answer instants on the engines of ``spec``;
+    ``groups``: each request's shared-prefix group (default: all in group 0)."""
+    return _simulate(spec, arrivals_ns, prompt_tokens, max_tokens, rng, groups=groups)
 
 
 def _simulate(
@@ -161,6 +197,7 @@ def _simulate(
     max_tokens: np.ndarray,
     rng: np.random.Generator | None,
     jump: bool = True,
+    groups: np.ndarray | None = None,
 ) -> LlmResult:
     """:func:`simulate_llm`; ``jump=False`` takes decode steps one by one (for checking)."""
     arrivals = np.asarray(arrivals_ns, dtype=np.int64)
@@ -170,9 +207,15 @@ def _simulate(
     cfg = spec.engine
     times = arrivals.tolist()
     run = RequestTable(cfg, prompts.tolist(), outputs.tolist(), times, spec.token_times)
+    if spec.prefix_groups:
+        run.group = [0] * len(times) if groups is None else np.asarray(groups).tolist()
+        if run.group and not 0 <= min(run.group) <= max(run.group) < spec.prefix_groups:
+            raise BadInput("groups", "out of range", f"groups 0..{spec.prefix_groups - 1}")
     order = np.argsort(arrivals, kind="stable").tolist()
+    engines: list[LlmEngine] = []
     if spec.prefill_replicas == 0:
-        engines = [LlmEngine(run, cfg, k, False, jump) for k in range(spec.replicas)]
+        prefix = (spec.prefix_groups, spec.prefix_tokens)
+        engines = [_engine(run, cfg, k, jump, prefix) for k in range(spec.replicas)]
         _route(engines, order, times, spec.routing, rng)
     else:
         prefill = [
@@ -182,8 +225,8 @@ def _simulate(
         _route(prefill, order, times, spec.routing, rng)
         moving = [i for i, s in enumerate(run.state) if s == TRANSFER]
         moving.sort(key=run.xfer.__getitem__)  # stable: same instant, request order
-        decode = [LlmEngine(run, cfg, k, True, jump) for k in range(spec.replicas)]
-        _route(decode, moving, run.xfer, "least_outstanding", None)
+        engines = [LlmEngine(run, cfg, k, True, jump) for k in range(spec.replicas)]
+        _route(engines, moving, run.xfer, "least_outstanding", None)
     return LlmResult(
         first_token_ns=np.array(run.first, dtype=np.int64),
         done_ns=np.array(run.done, dtype=np.int64),
@@ -191,4 +234,19 @@ def _simulate(
         replica=np.array(run.replica, dtype=np.int64),
         token_times=run.tokens,
         steps=run.steps,
+        preempted=np.array(run.preempted, dtype=np.int64),
+        preemptions=sum(e.preemptions for e in engines if isinstance(e, PagedLlmEngine)),
+        prefix_hits=sum(
+            e.cache.hits for e in engines if isinstance(e, PagedLlmEngine) and e.cache is not None
+        ),
+        peak_running=max((e.peak_running for e in engines), default=0),
     )
+
+
+def _engine(
+    run: RequestTable, cfg: EngineConfig, index: int, jump: bool, prefix: tuple[int, int]
+) -> LlmEngine:
+    """A colocated engine: reserving prompt + max_tokens of KV, or paged with preemption."""
+    if cfg.kv_allocation == "paged":
+        return PagedLlmEngine(run, cfg, index, jump, prefix)
+    return LlmEngine(run, cfg, index, False, jump)

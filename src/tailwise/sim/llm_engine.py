@@ -63,6 +63,7 @@ ADMITTED = 2  # holds a slot; prompt not done (colocated) or not yet joined (dec
 DECODING = 3  # emits one token per decoding step
 TRANSFER = 4  # in a prefill engine's step, or prefilled and on its way to the decode pool
 DONE = 5
+SWAPPED = 6  # paged KV, swap mode: preempted, its blocks in CPU memory (llm_paged)
 
 IDLE_NS = 2**63 - 1  # an idle engine's next event: never
 NOT_ROUTED = -1
@@ -93,6 +94,18 @@ class RequestTable:
         self.prefilled = [0] * n
         self.xfer = [0] * n  # disaggregated: arrival at the decode pool
         self.tokens: list[list[int] | None] | None = [None] * n if token_times else None
+        # Preemption (paged KV, llm_paged): what the next prefill computes (the prompt, then
+        # prompt + tokens made before a preemption), tokens made up to the latest prefill's,
+        # the decoding step of the last token as pushed (older heap entries are stale), the
+        # token instants before the current decoding stint, and preemptions per request.
+        self.fill = list(prompt)
+        self.made = [0] * n
+        self.fin = [-1] * n
+        self.earlier: list[list[int] | None] = [None] * n
+        self.preempted = [0] * n
+        self.group = [-1] * n  # shared-prefix group (prefix caching), -1: none
+        # A decoding sequence attends to kv0 + (its engine's decoding steps) KV tokens.
+        self.kv0 = [0] * n
         self.steps = 0
         self.max_context = cfg.max_context_tokens
 
@@ -130,6 +143,10 @@ class LlmEngine:
         self.plan_decodes = False
         self.plan_steps = 1
         self.plan_step_ns = 0
+        self.peak_running = 0
+        self.kv_cost = cfg.kv_s_per_token > 0  # steps' costs then grow with context
+        self.kv_sum0 = 0  # sum of kv0 over the decoding sequences
+        self.n_swapped = 0  # paged KV, swap mode: preempted sequences held in CPU memory
 
     @property
     def outstanding(self) -> int:
@@ -178,13 +195,15 @@ class LlmEngine:
             self.kv_used += context
             state[i] = ADMITTED
             self.pending.append(i)
+        self.peak_running = max(self.peak_running, self.running)
 
     def _tokens(self, i: int, last_step: int) -> None:
         """Record request i's token instants: its first, then decoding steps up to last_step."""
         tokens, ends = self.run.tokens, self.decode_end_ns
         if tokens is None or ends is None or self.run.first[i] < 0:
             return
-        tokens[i] = [self.run.first[i], *ends[self.run.start[i] : last_step]]
+        head = self.run.earlier[i] or [self.run.first[i]]
+        tokens[i] = [*head, *ends[self.run.start[i] : last_step]]
 
     def _release(self, i: int) -> None:
         run = self.run
@@ -204,8 +223,11 @@ class LlmEngine:
             elif s == ADMITTED:
                 self.pending.remove(i)
                 self._release(i)
+            elif s == SWAPPED:
+                self.n_swapped -= 1  # its swapped-queue entry is skipped at swap-in
             else:  # decoding; its finish-heap entry is skipped when reached
                 self.n_decoding -= 1
+                self.kv_sum0 -= run.kv0[i]
                 self._release(i)
                 self._tokens(i, self.decode_steps)
             if s != DECODING:
@@ -215,7 +237,7 @@ class LlmEngine:
     def advance(self, until_ns: int) -> None:
         """Run every step boundary before ``until_ns`` (arrivals at ``until_ns`` come first)."""
         run = self.run
-        state, first, max_tokens, start = run.state, run.first, run.max_tokens, run.start
+        state = run.state
         while self.next_ns < until_ns:
             t = self.next_ns
             if self.in_step:
@@ -228,31 +250,17 @@ class LlmEngine:
                     self.decode_steps += steps
                     count = self.decode_steps
                     finish = self.finish
+                    fin = run.fin
                     while finish and finish[0][0] <= count:
-                        i = heapq.heappop(finish)[1]
-                        if state[i] == DECODING:  # else it expired meanwhile
+                        last, i = heapq.heappop(finish)
+                        if state[i] == DECODING and fin[i] == last:  # else expired, preempted
                             self.n_decoding -= 1
+                            self.kv_sum0 -= run.kv0[i]
                             self._release(i)
                             self._tokens(i, count)
                             self._answer(i, t, 200)
                 if self.plan_prefill:
-                    prefilled, prompt = run.prefilled, run.prompt
-                    completed = 0
-                    for i, chunk in self.plan_prefill:
-                        prefilled[i] += chunk
-                        if prefilled[i] < prompt[i]:
-                            break  # only the last chunk of a step can leave a prompt unfinished
-                        completed += 1
-                        first[i] = t  # the step that ends a prompt samples the first token
-                        if max_tokens[i] == 1:
-                            self._release(i)
-                            self._tokens(i, 0)
-                            self._answer(i, t, 200)
-                        else:
-                            state[i] = DECODING
-                            start[i] = self.decode_steps
-                            heapq.heappush(self.finish, (self.decode_steps + max_tokens[i] - 1, i))
-                            self.n_decoding += 1
+                    completed = self._prefilled(t)
                     del self.pending[:completed]  # the planned prompts lead `pending`
                 self.in_step = False
             # -- a step starts at t
@@ -266,6 +274,44 @@ class LlmEngine:
             self.next_ns = t + self.plan_steps * self.plan_step_ns
             self.in_step = True
 
+    def _prefilled(self, t: int) -> int:
+        """The step ending at t ran the planned prompt chunks: each prompt it completes
+        samples a token (the first; after a preemption, the next). Returns how many."""
+        run = self.run
+        state, first, start, made = run.state, run.first, run.start, run.made
+        prefilled, fill = run.prefilled, run.fill
+        completed = 0
+        for i, chunk in self.plan_prefill:
+            prefilled[i] += chunk
+            if prefilled[i] < fill[i]:
+                break  # only the last chunk of a step can leave a prompt unfinished
+            completed += 1
+            self._prompt_done(i)
+            if made[i] == 0:
+                first[i] = t  # the step that ends a prompt samples the first token
+            else:
+                earlier = run.earlier[i]
+                if earlier is not None:
+                    earlier.append(t)
+            made[i] += 1
+            left = run.max_tokens[i] - made[i]
+            if left == 0:
+                self._release(i)
+                self._tokens(i, start[i])
+                self._answer(i, t, 200)
+            else:
+                state[i] = DECODING
+                start[i] = self.decode_steps
+                run.fin[i] = self.decode_steps + left
+                heapq.heappush(self.finish, (run.fin[i], i))
+                self.n_decoding += 1
+                run.kv0[i] = run.prompt[i] + made[i] - self.decode_steps
+                self.kv_sum0 += run.kv0[i]
+        return completed
+
+    def _prompt_done(self, i: int) -> None:
+        """A hook: ``i``'s prompt (or recompute) prefill just completed."""
+
     def _plan(self, t: int, until_ns: int) -> None:
         run = self.run
         pending = self.pending
@@ -274,33 +320,38 @@ class LlmEngine:
             if pending:  # sequences admitted since the last start join now
                 state, start, max_tokens = run.state, run.start, run.max_tokens
                 count = self.decode_steps
+                fin = run.fin
                 for i in pending:
                     state[i] = DECODING
                     start[i] = count
-                    heapq.heappush(self.finish, (count + max_tokens[i] - 1, i))
+                    fin[i] = count + max_tokens[i] - 1
+                    heapq.heappush(self.finish, (fin[i], i))
+                    run.kv0[i] = run.prompt[i] + 1 - count  # its first token came from prefill
+                    self.kv_sum0 += run.kv0[i]
                 self.n_decoding += len(pending)
                 pending.clear()
             decodes = True
         elif self.chunk <= 0:
             decodes = not pending  # a prefill-only step (decodes wait) or a decode-only one
-            prefill = [(i, run.prompt[i]) for i in pending]
+            prefill = [(i, run.fill[i]) for i in pending]
         else:
             decodes = True
             # prefill_chunks of tailwise.laws.llm, inlined (this runs every step);
             # tests/sim/test_llm_model.py checks it against the demo engine, which calls it.
             budget = max(self.chunk - self.n_decoding, 0)
-            prompt, prefilled = run.prompt, run.prefilled
+            fill, prefilled = run.fill, run.prefilled
             for i in pending:
                 if budget <= 0:
                     break
-                chunk = min(prompt[i] - prefilled[i], budget)
+                chunk = min(fill[i] - prefilled[i], budget)
                 prefill.append((i, chunk))
                 budget -= chunk
         self.plan_prefill = prefill
         self.plan_decodes = decodes
         n = self.n_decoding if decodes else 0
-        if prefill:
-            self.plan_step_ns = self.cfg.step_ns(sum(c for _, c in prefill), n)
+        kv = self.kv_sum0 + n * self.decode_steps if n and self.kv_cost else 0
+        if prefill or self.kv_cost:  # one step: with a context term no two cost the same
+            self.plan_step_ns = self.cfg.step_ns(sum(c for _, c in prefill), n, kv)
             self.plan_steps = 1
             return
         step_ns = self.decode_cost_ns[n]
@@ -314,10 +365,10 @@ class LlmEngine:
         the next arrival (it could be admitted into that step) or a deadline (the
         start that expires it must be a real boundary).
         """
-        state = self.run.state
+        state, fin = self.run.state, self.run.fin
         finish = self.finish
-        while finish and state[finish[0][1]] != DECODING:
-            heapq.heappop(finish)  # expired sequences
+        while finish and (state[finish[0][1]] != DECODING or fin[finish[0][1]] != finish[0][0]):
+            heapq.heappop(finish)  # expired or preempted sequences
         steps = finish[0][0] - self.decode_steps
         # Step s (1-based) starts at t + (s-1) step_ns: it must start before until_ns.
         steps = min(steps, (until_ns - t + step_ns - 1) // step_ns)

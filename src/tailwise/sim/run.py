@@ -25,20 +25,25 @@ from tailwise.errors import BadInput
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.records import INT_COLUMNS, Records, error_code, format_rows
-from tailwise.sim.fast import fcfs_servers, jsq_single_servers, split_fcfs
-from tailwise.sim.fleet import draw_work
+from tailwise.sim.fast import (
+    fcfs_servers,
+    jsq_single_servers,
+    power_of_d_single_servers,
+    split_fcfs,
+)
+from tailwise.sim.fleet import DRAW_CHUNK, draw_work
 from tailwise.sim.llm import LlmResult, simulate_llm
-from tailwise.sim.llm_scenario import token_counts
+from tailwise.sim.llm_scenario import prefix_groups, token_counts
 from tailwise.sim.scenario import Scenario, llm_system, system_spec
 from tailwise.sim.system import System
 from tailwise.sim.system_spec import (
-    CANCELLED,
     FAILED,
     OK,
     REJECTED,
     UNAVAILABLE,
     SimResult,
     SystemSpec,
+    legs_summary,
 )
 from tailwise.units import parse_duration_ns, parse_fraction
 
@@ -85,7 +90,7 @@ def fast_path_applies(spec: SystemSpec) -> bool:
         return simple
     if spec.routing in ("round_robin", "random"):
         return True
-    return spec.routing in ("jsq", "least_outstanding") and spec.servers == 1
+    return spec.routing in ("jsq", "least_outstanding", "power_of_d") and spec.servers == 1
 
 
 def run_fast(spec: SystemSpec, arrivals: np.ndarray, rng: np.random.Generator) -> Any:
@@ -101,6 +106,11 @@ def run_fast(spec: SystemSpec, arrivals: np.ndarray, rng: np.random.Generator) -
     elif spec.routing == "random":
         replica = (route_stream.random(n) * reps).astype(np.int64)
         done = split_fcfs(arrivals, work, replica, reps, spec.servers)
+    elif spec.routing == "power_of_d":  # the event engine's router draws 4096 at a time
+        picks = min(spec.power_d, reps)
+        blocks = -(-n * picks // DRAW_CHUNK)
+        uniforms = np.concatenate([route_stream.random(DRAW_CHUNK) for _ in range(blocks)])
+        done, replica = power_of_d_single_servers(arrivals, work, reps, spec.power_d, uniforms)
     else:
         done, replica = jsq_single_servers(arrivals, work, reps)
     return done, np.zeros(n, np.int64) + OK, replica
@@ -108,7 +118,9 @@ def run_fast(spec: SystemSpec, arrivals: np.ndarray, rng: np.random.Generator) -
 
 def _engine_name(spec: SystemSpec) -> str:
     state_dependent = spec.replicas > 1 and spec.routing not in ("round_robin", "random")
-    return "jsq loop" if state_dependent else "vectorised"
+    if not state_dependent:
+        return "vectorised"
+    return "power-of-d loop" if spec.routing == "power_of_d" else "jsq loop"
 
 
 def run_model(spec: SystemSpec, arrivals: np.ndarray, seed: int) -> tuple[SimResult | None, Any]:
@@ -270,18 +282,25 @@ def _simulate_llm(sc: Scenario) -> SimRun:
     arrivals, window = _arrivals(sc)
     rng = np.random.default_rng([sc.arrival.seed, SERVICE_SEED_OFFSET])
     prompt, output = token_counts(sc.llm, rng, len(arrivals))
+    groups = prefix_groups(sc.llm, rng, len(arrivals))
     started = time.perf_counter()
-    res = simulate_llm(spec, arrivals, prompt, output, rng)
+    res = simulate_llm(spec, arrivals, prompt, output, rng, groups)
     if sc.delay is not None:
         res = _delayed_llm(res, parse_distribution(sc.delay, "scenario.delay"), sc.arrival.seed)
     wall_s = time.perf_counter() - started
     records = llm_records(arrivals, res, prompt, output, window)
     summary = summarize(records, _run_info(sc, window, slos, llm=True))
     n = len(arrivals)
+    preempted = res.preempted if res.preempted is not None else np.zeros(0, np.int64)
     summary["sim"] = {
         "engine": "llm steps",
         "requests": n,
         "steps": res.steps,
+        "kv_allocation": spec.engine.kv_allocation,
+        "peak_running_seqs": res.peak_running,
+        # paged KV: sequences preempted (recomputed later), and the requests that were
+        "preemptions": {"count": res.preemptions, "requests": int((preempted > 0).sum())},
+        "prefix_hits": res.prefix_hits if spec.engine.prefix_caching else None,
         "wall_s": round(wall_s, 4),
         "requests_per_s": round(n / wall_s) if wall_s > 0 else None,
     }
@@ -298,17 +317,8 @@ def _sim_section(
         "requests_per_s": round(n / wall_s) if wall_s > 0 else None,
     }
     if result is not None:
-        started = result.leg_start_ns >= 0
-        cancelled = result.leg_status == CANCELLED
         out["events"] = result.events
-        out["legs"] = {
-            "sent": len(result.leg_parent),
-            "served": int(started.sum()),
-            "cancelled": int(cancelled.sum()),
-            # Service started on legs whose answer nobody used (a hedge's loser, the
-            # spare legs of a k-of-n fan-out), per request: what the redundancy cost.
-            "extra_load": round(int((started & cancelled).sum()) / n, 4) if n else 0.0,
-        }
+        out["legs"] = legs_summary(result, n, spec)
         out["stages"] = result.stages
         if spec.hedge_quantile is not None and result.hedge_delay_ns is not None:
             out["hedge_delay_ms"] = round(result.hedge_delay_ns / 1e6, 4)
@@ -340,11 +350,19 @@ def write_run(directory: Path, run: SimRun, sc: Scenario) -> None:
             )
 
 
-def sim_trial(sc: Scenario, out_dir: Path | None = None, min_requests: int = 0) -> Any:
+def sim_trial(
+    sc: Scenario,
+    out_dir: Path | None = None,
+    min_requests: int = 0,
+    requests: int | None = None,
+) -> Any:
     """A knee-search trial on the simulator: the scenario at another offered rate.
 
     The window stretches to hold ``min_requests`` requests, as for a measured
-    trial; each trial is written to ``out_dir/trial-NN-R`` when given.
+    trial; with ``requests`` it is exactly ``requests / rate`` long whatever the
+    scenario's own window (so trials at different rates, or of fleets of
+    different sizes, are judged on samples of one size). Each trial is written
+    to ``out_dir/trial-NN-R`` when given.
     """
     from tailwise.knee import Outcome
 
@@ -355,7 +373,7 @@ def sim_trial(sc: Scenario, out_dir: Path | None = None, min_requests: int = 0) 
     def trial(rate_rps: float) -> Outcome:
         n = next(counter)
         tries[rate_rps] = tries.get(rate_rps, -1) + 1  # a repeat gets a fresh seed
-        window_s = max(base_s, min_requests / rate_rps)
+        window_s = max(base_s, min_requests / rate_rps) if requests is None else requests / rate_rps
         arrival = sc.arrival.model_copy(
             update={
                 "rate": f"{rate_rps:.6g}/s",

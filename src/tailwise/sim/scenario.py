@@ -112,13 +112,20 @@ class StragglerModel(_Strict):
     factor: float = Field(default=1.0, ge=1.0)
 
 
+# What a decided request does with its other legs (system_spec.CANCEL_MODES). The
+# default is the common server: a queued leg is dropped, one in service runs to its end.
+CancelMode = Literal["instant", "queued_only", "none"]
+
+
 class FanoutModel(_Strict):
     n: int = Field(ge=1)
     k: int | None = Field(default=None, ge=1)
+    cancel: CancelMode = "queued_only"
 
 
 class HedgeModel(_Strict):
     after: str  # a delay (15ms) or a quantile of recent answers (p95)
+    cancel: CancelMode = "queued_only"
 
 
 class FailuresModel(_Strict):
@@ -227,6 +234,7 @@ def system_spec(sc: Scenario) -> SystemSpec:
         )
     one = stage_spec(sc, "scenario", "server")
     hedge = hedge_delay(sc.hedge.after, one.service) if sc.hedge else None
+    redundancy = sc.fanout or sc.hedge
     return SystemSpec(
         service=one.service,
         replicas=one.replicas,
@@ -243,6 +251,7 @@ def system_spec(sc: Scenario) -> SystemSpec:
         fanout_k=sc.fanout.k if sc.fanout else None,
         hedge_after_ns=hedge[0] if hedge else None,
         hedge_quantile=hedge[1] if hedge else None,
+        cancel=redundancy.cancel if redundancy is not None else "instant",
         failures=one.failures,
         autoscale=one.autoscale,
         stages=stages,

@@ -277,10 +277,20 @@ def with_value(sc: Scenario, key: str, raw: str, flag: str = "--vary") -> Scenar
         node, whole = node[at], whole[at]
     node[parts[-1]] = _value(raw, whole[parts[-1]])
     try:
-        varied = parse_scenario(data)
-        system_spec(varied)  # cross-field checks (fan-out k <= n, slow replica indices)
+        return _validated(data)
     except BadInput as exc:
+        if node[parts[-1]] is None:  # "none" may be a word the field takes (hedge.cancel)
+            node[parts[-1]] = raw
+            try:
+                return _validated(data)
+            except BadInput:
+                pass
         raise BadInput(flag, given, f"a valid {key} ({exc})") from None
+
+
+def _validated(data: dict[str, Any]) -> Scenario:
+    varied = parse_scenario(data)
+    system_spec(varied)  # cross-field checks (fan-out k <= n, slow replica indices)
     return varied
 
 

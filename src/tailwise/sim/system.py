@@ -14,9 +14,14 @@ Stragglers: a replica may be ``slow`` (every service on it is k times longer),
 and a fraction of legs may be k times slower wherever they run.
 
 A request finishes when ``k`` of its ``n`` legs succeeded (hedged: the first);
-its other legs are cancelled at that instant: removed from their queue, or cut
-short in service, freeing the server. Cancelled legs count as extra load in
-:attr:`SimResult.legs`.
+what happens to its other legs is the spec's ``cancel`` mode: ``instant``
+removes them from their queue or cuts them short in service, freeing the
+server at once (free cancellation); ``queued_only`` removes the queued ones
+but lets a leg in service run to its end (most servers cannot abort work in
+flight); ``none`` lets every leg run to its end. A leg that runs on is an
+*orphan*: it holds its server, and ends ``DISCARDED``. The server time all
+legs used, beside the full work of the legs each request needed, is in
+:class:`SimResult` (``busy_ns``, ``needed_work_ns``).
 
 **Pipelines**: with several stages a leg that finishes stage ``s`` is sent on
 to stage ``s + 1`` (its own replicas, router, batching, service law); the
@@ -56,7 +61,9 @@ from tailwise.sim.fleet import (
 from tailwise.sim.kernel import Kernel
 from tailwise.sim.routing import ROUTING, route
 from tailwise.sim.system_spec import (
+    CANCEL_MODES,
     CANCELLED,
+    DISCARDED,
     OK,
     REJECTED,
     UNAVAILABLE,
@@ -76,6 +83,8 @@ class System:
         for t in tiers:
             if t.routing not in ROUTING:
                 raise ValueError(f"routing must be one of {ROUTING}")
+        if spec.cancel not in CANCEL_MODES:
+            raise ValueError(f"cancel must be one of {CANCEL_MODES}")
         if len(tiers) > 1 and (spec.fanout > 1 or spec.hedge_after_ns is not None):
             raise ValueError("fan-out and hedging apply to single-stage systems")
         self.spec = spec
@@ -83,6 +92,7 @@ class System:
         self.k = Kernel()
         self.tiers = [Tier(t, i, self._replicas(t)) for i, t in enumerate(tiers)]
         self.legs: list[Leg] = []
+        self._needed: list[Leg] = []  # the first k legs of each request
         self._need = 0
         self._open: dict[int, list[Leg]] = {}
         self._groups = 0
@@ -143,7 +153,10 @@ class System:
         assert draws is not None
         leg = Leg(request, self.k.now, draws.next())
         self.legs.append(leg)
-        self._open.setdefault(request, []).append(leg)
+        mine = self._open.setdefault(request, [])
+        if len(mine) < self._need:
+            self._needed.append(leg)
+        mine.append(leg)
         return leg
 
     def _arrive(self, i: int) -> None:
@@ -194,7 +207,19 @@ class System:
         self.done[i], self.status[i], self.replica[i] = self.k.now, status, replica
         for other in self._open.pop(i, []):
             if other.status < 0:
-                self._cancel(other)
+                self._let_go(other)
+
+    def _let_go(self, leg: Leg) -> None:
+        """A decided request's unfinished leg: cancelled, or an orphan that runs on."""
+        mode = self.spec.cancel
+        if mode == "queued_only" and leg.replica >= 0:
+            in_service = leg in self.tiers[leg.stage].reps[leg.replica].running
+        else:
+            in_service = False
+        if mode == "instant" or (mode == "queued_only" and not in_service):
+            self._cancel(leg)
+        else:
+            leg.orphan = True
 
     # -- legs in a stage -------------------------------------------------------
 
@@ -310,6 +335,9 @@ class System:
                 leg.stage, leg.work = nxt.index, nxt.draws.next()
                 self.send(leg)
                 continue
+            if leg.orphan:  # served to the end for nobody: its answer is thrown away
+                leg.status, leg.done = DISCARDED, now
+                continue
             leg.status, leg.done = OK, now
             self.leg_finished(leg)
         self._dispatch(tier, r)
@@ -361,4 +389,18 @@ class System:
             self.k.events,
             [t.stats(max(self.k.now, 1)) for t in self.tiers],
             self._hedge_ns,
+            sum(t.busy_ns for t in self.tiers),
+            self._needed_work_ns(),
+        )
+
+    def _needed_work_ns(self) -> int:
+        """The full service time of each request's needed legs where they were routed
+        (first stage; legs never routed, or turned away, cost nothing)."""
+        if len(self.tiers) > 1:  # a leg's work is its last stage's: no single-stage base
+            return 0
+        reps = self.tiers[0].reps
+        return sum(
+            round(leg.work * reps[leg.replica].slow)
+            for leg in self._needed
+            if leg.replica >= 0 and leg.status != REJECTED
         )

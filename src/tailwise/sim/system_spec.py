@@ -4,7 +4,8 @@ A :class:`SystemSpec` is one stage of replicas (its own fields) or a pipeline
 of :class:`StageSpec` (``stages``), plus fan-out or hedging; each stage may
 batch (:class:`Batching`), fail (:class:`Failures`) and scale
 (:class:`Autoscale`). :class:`tailwise.sim.system.System` runs it and returns
-a :class:`SimResult`, with the outcome codes below. Times are integer
+a :class:`SimResult`, with the outcome codes below; :func:`legs_summary` is its
+legs section in ``summary.json`` (what redundancy cost). Times are integer
 nanoseconds (``_ns``); the service law is a :class:`Distribution` of them.
 """
 
@@ -144,3 +145,29 @@ class SimResult:
     # fan-out, its first leg when hedged), wherever they were routed: the work the
     # request would have cost without redundancy.
     needed_work_ns: int = 0
+
+
+def legs_summary(result: SimResult, n: int, spec: SystemSpec) -> dict[str, Any]:
+    """What the redundancy cost, in legs and in server time.
+
+    ``legs_per_request``: legs whose service started, per request.
+    ``server_time_x``: server time all legs used over the full work of the legs each
+    request needed (1 leg hedged, k of a k-of-n fan-out, n of a wait-for-all one): 1.0
+    is no waste; None where batching shares server time between legs or the legs
+    cross stages. ``extra_load``: ``server_time_x - 1``, the extra share of server time.
+    """
+    started = result.leg_start_ns >= 0
+    ratio = None
+    if spec.batching is None and not spec.stages and result.needed_work_ns > 0:
+        ratio = round(result.busy_ns / result.needed_work_ns, 4)
+    return {
+        "cancel": spec.cancel,
+        "sent": len(result.leg_parent),
+        "served": int(started.sum()),
+        "cancelled": int((result.leg_status == CANCELLED).sum()),
+        "discarded": int((result.leg_status == DISCARDED).sum()),
+        "legs_per_request": round(int(started.sum()) / n, 4) if n else 0.0,
+        "needed_per_request": spec.fanout_k or spec.fanout,
+        "server_time_x": ratio,
+        "extra_load": None if ratio is None else round(ratio - 1, 4),
+    }

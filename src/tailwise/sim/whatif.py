@@ -12,6 +12,19 @@ or any dotted field):
 3. **Prediction at the target**: the replications' mean and 95% CI of the
    percentiles that matter (latency, or TTFT and TPOT for an LLM).
 4. **Fleet knee**: a knee search with the chosen replica count: the headroom.
+
+Both knee searches are one search with one pass rule: the same resolution,
+every trial judged on the same number of requests (:data:`KNEE_REQUESTS`,
+whatever the rate or the fleet size: a percentile SLO judged on 13 requests
+is inconclusive where one judged on 70 passes, which once made a 2-replica
+fleet's knee five times one replica's), and the fleet's search starts at n
+times one replica's knee. A router that cannot beat independent replicas
+(``random``: each replica sees a Poisson stream at rate / n) cannot give a
+fleet more than n times one replica's knee; the fleet's sample is still more
+informative (n independent replicas pooled), so where its search passes
+above n times one replica's band (the lowest rate one replica failed at),
+the plan reports the highest fleet rate tested, and passed, at or below that
+bound, and says so in its warnings.
 """
 
 from __future__ import annotations
@@ -30,6 +43,8 @@ from tailwise.sim.scenario import Scenario, parse_scenario, system_spec
 from tailwise.sim.study import replications, with_value
 
 MAX_REPLICAS = 10_000
+KNEE_REQUESTS = 2000  # requests in every knee trial, one replica or a fleet
+KNEE_RESOLUTION = 0.02
 Progress = Callable[[str], None]
 
 
@@ -96,11 +111,16 @@ def with_slos(sc: Scenario, slos: list[str]) -> Scenario:
 
 
 def knee(
-    sc: Scenario, start_rps: float, resolution: float = 0.02, min_requests: int = 0
+    sc: Scenario,
+    start_rps: float,
+    resolution: float = KNEE_RESOLUTION,
+    min_requests: int = 0,
+    requests: int | None = None,
 ) -> KneeResult:
     """``tailwise knee --sim``'s search: trials of the scenario's window (stretched to
-    ``min_requests``), the final bracket run once more with fresh seeds."""
-    trial = sim_trial(sc, min_requests=min_requests)
+    ``min_requests``), or of exactly ``requests`` requests; the final bracket run once
+    more with fresh seeds."""
+    trial = sim_trial(sc, min_requests=min_requests, requests=requests)
     search = KneeSearch(trial, resolution=resolution, repeats=1, max_trials=60)
     return search.run(start_rps, start_rps / 4096, start_rps * 4096)
 
@@ -178,7 +198,7 @@ def capacity(
     kind = "llm" if sc.llm is not None else "http"
     start = _start_rate(sc, rate_rps)
     tell("searching the knee of one replica")
-    one = knee(at(sc, replicas=1), start)
+    one = knee(at(sc, replicas=1), start, requests=KNEE_REQUESTS)
     per_replica = one.knee_rps
     if what.replicas is not None:
         n, checks = what.replicas, [_check(at(sc, rate_rps=rate_rps), what.replicas, reps, tell)]
@@ -186,14 +206,18 @@ def capacity(
         guess = math.ceil(rate_rps / per_replica) if per_replica else 1
         n, checks = replicas_needed(at(sc, rate_rps=rate_rps), guess, reps, tell)
     tell(f"searching the knee of {n} replicas")
-    fleet = knee(at(sc, replicas=n), max(rate_rps, start))
+    fleet_start = n * per_replica if per_replica else max(rate_rps, start)
+    fleet = knee(at(sc, replicas=n), fleet_start, requests=KNEE_REQUESTS)
+    fleet_knee, notes = _fleet_knee(sc, n, one, fleet)
     chosen = next(c for c in checks if c.replicas == n)
     outputs: dict[str, Any] = {
         "knee_per_replica_rps": per_replica,
+        "knee_per_replica_band_rps": list(one.band_rps) if one.band_rps else None,
         "replicas": n,
         "holds_slo": chosen.passed,
-        "fleet_knee_rps": fleet.knee_rps,
-        "headroom": f"{fleet.knee_rps / rate_rps - 1:+.0%}" if fleet.knee_rps else None,
+        "fleet_knee_rps": fleet_knee,
+        "fleet_knee_per_replica_rps": fleet_knee / n if fleet_knee else None,
+        "headroom": f"{fleet_knee / rate_rps - 1:+.0%}" if fleet_knee else None,
         "at target": [c.row(kind) for c in checks],
     }
     inputs = {
@@ -204,7 +228,30 @@ def capacity(
         "window": sc.arrival.duration,
         "what-if": ", ".join(f"{k}={v}" for k, v, _ in what.edits()) or None,
     }
-    return Plan("capacity", f"replicas for {rate_rps:g}/s", inputs, outputs, _assumptions(sc))
+    title = f"replicas for {rate_rps:g}/s"
+    return Plan("capacity", title, inputs, outputs, _assumptions(sc), warnings=notes)
+
+
+def _fleet_knee(
+    sc: Scenario, n: int, one: KneeResult, fleet: KneeResult
+) -> tuple[float | None, tuple[str, ...]]:
+    """The fleet's knee, held to n x one replica's band where the router cannot beat it."""
+    found = fleet.knee_rps
+    if one.band_rps is None or found is None or sc.routing != "random":
+        return found, ()
+    bound = n * one.band_rps[1]
+    if found <= bound:
+        return found, ()
+    # Every tested rate up to `found` passed, so the highest one under the bound did too.
+    held = max((t.rate_rps for t in fleet.trials if t.rate_rps <= bound), default=None)
+    if held is None:
+        return found, (f"fleet knee {found:.4g}/s is above {n} x one replica's band",)
+    return held, (
+        f"the fleet's search passed up to {found:.4g}/s, above {n} x one replica's band "
+        f"({bound:.4g}/s), which random routing cannot beat (a fleet pools n independent "
+        f"replicas' samples: its verdicts are surer, not its capacity higher); reported: "
+        f"{held:.4g}/s, the highest fleet rate tested and passed within that bound",
+    )
 
 
 def _start_rate(sc: Scenario, rate_rps: float) -> float:
@@ -216,6 +263,8 @@ def _start_rate(sc: Scenario, rate_rps: float) -> float:
 def _assumptions(sc: Scenario) -> tuple[str, ...]:
     out = [
         "a replica count holds when every replication passes every SLO",
+        f"both knees: one search (resolution {KNEE_RESOLUTION:.0%}), every trial "
+        f"{KNEE_REQUESTS} requests, one run per rate (the final bracket once more)",
         "percentiles are means over replications with a Student-t 95% CI",
     ]
     fit = (sc.calibration or {}).get("fit") or {}
