@@ -85,6 +85,8 @@ def test_each_verdict_and_cause() -> None:
     flip = _decide(judged=[_judged(True, False)])
     assert (flip.verdict, flip.cause) == ("invalid", "client")
     assert "client CPU 95% of a core" in flip.reason and "--workers" in flip.hint
+    capped = _decide(judged=[_judged(True, False)], client={**CLIENT, "cap_bound_share": 0.3})
+    assert "--max-in-flight" in capped.hint
     # A certain failure elsewhere outweighs a flippable SLO: the run failed regardless.
     assert _decide(judged=[_judged(True, False), _judged(False, False)]).verdict == "fail"
     short = _decide(rates={"offered_rps": 100.0, "achieved_send_rps": 90.0})

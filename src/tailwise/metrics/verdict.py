@@ -128,7 +128,13 @@ def _flipped(judged: list[Judged], client: dict[str, Any]) -> Verdict:
     j = next(j for j in judged if j.flippable)
     busy = (client.get("cpu_share") or 0.0) >= 0.9
     starved = (client.get("load_avg_1m") or 0.0) > (client.get("cores") or 1)
-    if busy:
+    capped = client.get("cap_bound_share") or 0.0
+    if capped >= 0.01:
+        hint = (
+            f"the in-flight cap (--max-in-flight {client.get('max_in_flight')}) held back "
+            f"{100 * capped:.1f}% of requests in the client: raise it to judge the server"
+        )
+    elif busy:
         hint = "the client used a whole core: spread the load with --workers N"
     elif starved:
         hint = "the machine is busier than its cores: stop other work, or use --workers N"

@@ -150,7 +150,8 @@ def _checks(s: dict[str, Any]) -> Text:
         f"Little    L={ll['l_measured']:.2f} in system vs λW={ll['lambda_w']:.2f} "
         f"(gap {100 * ll['rel_gap']:.2f}%)"
     )
-    _steady_line(t, s.get("steady_state"))
+    if (s.get("latency_ms") or {}).get("count"):  # no answer at all: nothing to be steady
+        _steady_line(t, s.get("steady_state"))
     if s.get("source") != "sim":  # a simulation sends and reads on time
         t.append("\n" + _client_line(s))
         if g["cap_bound"]:
