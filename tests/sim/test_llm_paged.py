@@ -93,6 +93,29 @@ def test_two_sequences_swapping_by_hand(jump: bool) -> None:
     assert res.preempted.tolist() == [0, 1]
 
 
+def _jumped_equals_stepped(
+    spec: LlmSpec, seed: int, n: int, gap_ms: float, prompts: tuple[int, int], groups: int = 0
+) -> tuple[Any, np.ndarray]:
+    """Run one random workload jumped and step by step; assert they agree on every instant
+    and that every answered request made its tokens, in increasing order."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(gap_ms * MS, n)).astype(np.int64)
+    lengths, outputs = rng.integers(*prompts, n), rng.integers(1, 200, n)
+    kw: dict[str, Any] = {"groups": rng.integers(0, groups, n)} if groups else {}
+    fast = _simulate(spec, arrivals, lengths, outputs, None, jump=True, **kw)
+    slow = _simulate(spec, arrivals, lengths, outputs, None, jump=False, **kw)
+    for name in ("first_token_ns", "done_ns", "http_status", "preempted"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
+    assert fast.token_times == slow.token_times and fast.preemptions == slow.preemptions
+    assert fast.prefix_hits == slow.prefix_hits
+    assert fast.token_times is not None
+    for i in np.flatnonzero(fast.http_status == 200):
+        times = fast.token_times[i]
+        assert times is not None and len(times) == outputs[i]
+        assert all(x < y for x, y in itertools.pairwise(times))
+    return fast, outputs
+
+
 def test_swap_jumps_equal_single_steps() -> None:
     """Swapping under heavy pressure, with timeouts: jumped and step-by-step agree."""
     cfg = EngineConfig(
@@ -104,21 +127,8 @@ def test_swap_jumps_equal_single_steps() -> None:
         request_timeout_s=2.0,
         max_model_len=640,
     )
-    rng = np.random.default_rng(6)
-    n = 600
-    arrivals = np.cumsum(rng.exponential(40 * MS, n)).astype(np.int64)
-    prompts, outputs = rng.integers(1, 400, n), rng.integers(1, 200, n)
-    spec = LlmSpec(engine=cfg)
-    fast = _simulate(spec, arrivals, prompts, outputs, None, jump=True)
-    slow = _simulate(spec, arrivals, prompts, outputs, None, jump=False)
-    for name in ("first_token_ns", "done_ns", "http_status", "preempted"):
-        np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
-    assert fast.token_times == slow.token_times and fast.preemptions >= 20
-    assert fast.token_times is not None
-    for i in np.flatnonzero(fast.http_status == 200):
-        times = fast.token_times[i]
-        assert times is not None and len(times) == outputs[i]
-        assert all(x < y for x, y in itertools.pairwise(times))
+    fast, _ = _jumped_equals_stepped(LlmSpec(engine=cfg), 6, 600, 40, (1, 400))
+    assert fast.preemptions >= 20
 
 
 def _example(name: str, mode: str, **llm: Any) -> Any:
@@ -158,23 +168,13 @@ def test_jumps_equal_single_steps_under_preemption(chunk: int) -> None:
         request_timeout_s=2.0,
         max_model_len=640,
     )
-    rng = np.random.default_rng(5)
-    n = 600
-    arrivals = np.cumsum(rng.exponential(40 * MS, n)).astype(np.int64)
-    prompts, outputs = rng.integers(1, 400, n), rng.integers(1, 200, n)
-    spec = LlmSpec(engine=cfg)
-    fast = _simulate(spec, arrivals, prompts, outputs, None, jump=True)
-    slow = _simulate(spec, arrivals, prompts, outputs, None, jump=False)
-    for name in ("first_token_ns", "done_ns", "http_status", "preempted"):
-        np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
-    assert fast.token_times == slow.token_times and fast.preemptions == slow.preemptions
+    fast, _ = _jumped_equals_stepped(LlmSpec(engine=cfg), 5, 600, 40, (1, 400))
     assert fast.preemptions >= 20 and fast.peak_running > 1
     assert fast.token_times is not None
     for i in np.flatnonzero(fast.http_status == 200):
         times = fast.token_times[i]
-        assert times is not None and len(times) == outputs[i]
+        assert times is not None
         assert times[0] == fast.first_token_ns[i] and times[-1] == fast.done_ns[i]
-        assert all(x < y for x, y in itertools.pairwise(times))
 
 
 def test_the_issue_example_runs_more_than_reservation_allows() -> None:
@@ -316,22 +316,9 @@ def test_prefix_caching_jumps_equal_single_steps_under_pressure(chunk: int) -> N
         request_timeout_s=3.0,
         max_model_len=1024,
     )
-    rng = np.random.default_rng(9)
-    n = 500
-    arrivals = np.cumsum(rng.exponential(50 * MS, n)).astype(np.int64)
-    prompts, outputs = rng.integers(100, 400, n), rng.integers(1, 200, n)
-    groups = rng.integers(0, 6, n)
     spec = LlmSpec(engine=cfg, prefix_groups=6, prefix_tokens=80)
-    fast = _simulate(spec, arrivals, prompts, outputs, None, jump=True, groups=groups)
-    slow = _simulate(spec, arrivals, prompts, outputs, None, jump=False, groups=groups)
-    for name in ("first_token_ns", "done_ns", "http_status", "preempted"):
-        np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
-    assert fast.token_times == slow.token_times
-    assert fast.prefix_hits == slow.prefix_hits > 50 and fast.preemptions > 0
-    assert fast.token_times is not None
-    for i in np.flatnonzero(fast.http_status == 200):
-        times = fast.token_times[i]
-        assert times is not None and len(times) == outputs[i]
+    fast, _ = _jumped_equals_stepped(spec, 9, 500, 50, (100, 400), groups=6)
+    assert fast.prefix_hits > 50 and fast.preemptions > 0
 
 
 @pytest.mark.parametrize(
