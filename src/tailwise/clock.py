@@ -149,6 +149,28 @@ class SpinWaker:
         self._cancel()
 
 
+def open_periodic_timerfd(first_ns: int, period_ns: int) -> int:
+    """A non-blocking timerfd on CLOCK_MONOTONIC that first fires at the absolute instant
+    ``first_ns`` and then every ``period_ns``; reading it gives the expirations since the
+    last read (8 bytes). Raises OSError where timerfd is unavailable (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        raise OSError("timerfd needs Linux")
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    settime = libc.timerfd_settime
+    settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec), ctypes.c_void_p]
+    fd = int(libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "timerfd_create failed")
+    spec = _Itimerspec()
+    spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(max(first_ns, 1), 1_000_000_000)
+    spec.it_interval.tv_sec, spec.it_interval.tv_nsec = divmod(period_ns, 1_000_000_000)
+    if settime(fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
+        err = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(err, "timerfd_settime failed")
+    return fd
+
+
 def make_waker(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Waker:
     """The most precise waker this platform offers."""
     if sys.platform.startswith("linux"):

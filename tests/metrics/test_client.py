@@ -127,3 +127,18 @@ def test_each_verdict_and_cause() -> None:
 )
 def test_exit_codes(verdict: str, cause: str | None, code: int) -> None:
     assert exit_code({"verdict": verdict, "verdict_cause": cause}) == code
+
+
+def test_an_early_stop_the_client_could_have_caused_names_the_client() -> None:
+    stopped = _decide(
+        stopped_early="p99(latency)<=50ms: 11 certain misses", judged=[_judged(True, False)]
+    )
+    assert (stopped.verdict, stopped.cause) == ("invalid", "client")
+    lost = _decide(
+        stopped_early="p99(latency)<=50ms: 11 certain misses", judged=[_judged(False, False)]
+    )
+    assert lost.verdict == "fail" and lost.reason.startswith("SLO lost, stopped early")
+    # One request sent just past the end of a short window is not a shortfall; ten are.
+    few = {"offered_rps": 10.0, "achieved_send_rps": 9.0}
+    assert _decide(rates=few, window_s=1.0).verdict == "pass"
+    assert _decide(rates=few, window_s=10.0).cause == "load_short"

@@ -74,6 +74,7 @@ class Conn(asyncio.Protocol):
         "closed",
         "first",
         "head",
+        "head_open",
         "j",
         "nbytes",
         "parser",
@@ -94,6 +95,7 @@ class Conn(asyncio.Protocol):
         self.t_last = 0  # run-relative ns of the latest chunk
         # The current response's first bytes, up to its header end (see connection_lost).
         self.head: bytes | None = None
+        self.head_open = False  # the head so far has no header end yet
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -111,8 +113,11 @@ class Conn(asyncio.Protocol):
         head = self.head
         if head is None:
             self.head = data
-        elif len(head) < HEAD_MAX_BYTES and b"\r\n\r\n" not in head:
-            self.head = head + data  # headers split across reads (rare): see ends_at_close
+            self.head_open = b"\r\n\r\n" not in data  # one search per response
+        elif self.head_open:  # headers split across reads (rare): see ends_at_close
+            head += data
+            self.head = head
+            self.head_open = len(head) < HEAD_MAX_BYTES and b"\r\n\r\n" not in head
         self.nbytes += len(data)
         try:
             self.parser.feed_data(data)

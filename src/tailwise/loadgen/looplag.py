@@ -24,30 +24,17 @@ the bound.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import os
 import sys
 
 import numpy as np
 
-from tailwise.clock import now_ns
+from tailwise.clock import now_ns, open_periodic_timerfd
 from tailwise.metrics.client import LagSeries
 
 PERIOD_NS = 1_000_000
 BUCKET_NS = 5_000_000
-_CLOCK_MONOTONIC = 1
-_TFD_NONBLOCK = 0o4000
-_TFD_CLOEXEC = 0o2000000
-_TFD_TIMER_ABSTIME = 1
-
-
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
-class _Itimerspec(ctypes.Structure):
-    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+INITIAL_SPAN_NS = 600_000_000_000  # the array grows by doubling past ten minutes
 
 
 class LoopLag:
@@ -58,7 +45,8 @@ class LoopLag:
     """
 
     def __init__(self, span_ns: int) -> None:
-        self.bucket_max_ns = np.zeros(max(span_ns // BUCKET_NS + 64, 256), dtype=np.int64)
+        slices = min(span_ns, INITIAL_SPAN_NS) // BUCKET_NS + 64
+        self.bucket_max_ns = np.zeros(max(slices, 256), dtype=np.int64)
         self.samples = 0
         self._t0 = 0
         self._first_due_ns = 0
@@ -72,28 +60,12 @@ class LoopLag:
         self._loop = asyncio.get_running_loop()
         self._t0 = t0_ns
         self._first_due_ns = now_ns() + PERIOD_NS
-        if sys.platform.startswith("linux") and self._start_timerfd():
-            return
-        self._handle = self._loop.call_later(PERIOD_NS / 1e9, self._on_timer)
-
-    def _start_timerfd(self) -> bool:
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-            fd = int(libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC))
-        except (OSError, AttributeError):
-            return False
-        if fd < 0:
-            return False
-        spec = _Itimerspec()
-        spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(self._first_due_ns, 1_000_000_000)
-        spec.it_interval.tv_sec, spec.it_interval.tv_nsec = divmod(PERIOD_NS, 1_000_000_000)
-        if libc.timerfd_settime(fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
-            os.close(fd)
-            return False
-        self._fd = fd
-        assert self._loop is not None
-        self._loop.add_reader(fd, self._on_timerfd)
-        return True
+            self._fd = open_periodic_timerfd(self._first_due_ns, PERIOD_NS)
+        except OSError:
+            self._handle = self._loop.call_later(PERIOD_NS / 1e9, self._on_timer)
+            return
+        self._loop.add_reader(self._fd, self._on_timerfd)
 
     def _on_timerfd(self) -> None:
         now = now_ns()
@@ -104,26 +76,34 @@ class LoopLag:
         # The oldest unread expiration is the one the loop kept waiting longest.
         due = self._first_due_ns + self._expired * PERIOD_NS
         self._expired += n
-        self._book(now, now - due)
+        self._book(due, now)
 
     def _on_timer(self) -> None:
         now = now_ns()
-        due = self._first_due_ns
-        self._book(now, now - due)
+        self._book(self._first_due_ns, now)
         self._first_due_ns = now + PERIOD_NS
         assert self._loop is not None
         self._handle = self._loop.call_later(PERIOD_NS / 1e9, self._on_timer)
 
-    def _book(self, now: int, late_ns: int) -> None:
+    def _book(self, due: int, now: int) -> None:
+        """The loop was unavailable from ``due`` to ``now``: every slice of that span
+        gets the lateness, so a read anywhere inside a long loop turn sees it."""
+        late = now - due
+        first, last = (due - self._t0) // BUCKET_NS, (now - self._t0) // BUCKET_NS
+        if last < 0:
+            return  # before the clock started
         self.samples += 1
-        b = (now - self._t0) // BUCKET_NS
-        if b < 0:
-            return
+        first = max(first, 0)
         arr = self.bucket_max_ns
-        if b >= len(arr):
-            arr = self.bucket_max_ns = np.concatenate([arr, np.zeros(max(len(arr), b), np.int64)])
-        if late_ns > arr[b]:
-            arr[b] = late_ns
+        if last >= len(arr):
+            grown = np.zeros(max(2 * len(arr), last + 1), np.int64)
+            grown[: len(arr)] = arr
+            arr = self.bucket_max_ns = grown
+        if first == last:  # the common case: one store
+            if late > arr[last]:
+                arr[last] = late
+        else:
+            np.maximum(arr[first : last + 1], late, out=arr[first : last + 1])
 
     def stop(self) -> None:
         if self._fd >= 0:

@@ -47,7 +47,14 @@ class LagSeries:
     samples: int = 0
 
     def at(self, t_ns: np.ndarray) -> I64:
-        """Upper bound of the receive lag of a read at each run-relative instant (0 if t < 0)."""
+        """Upper bound of the receive lag of a read at each run-relative instant (0 if t < 0).
+
+        Each slice holds the worst lateness of any loop turn that spanned it (the probe
+        books the whole span it waited through), so a read inside a long turn sees that
+        turn. Not covered: a response that waited through two long turns in a row (one
+        before it was polled, one before its callback ran) is bounded by the longer
+        one only.
+        """
         t = np.asarray(t_ns, dtype=np.int64)
         out = np.zeros(len(t), dtype=np.int64)
         valid = t >= 0

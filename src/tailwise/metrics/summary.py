@@ -251,6 +251,7 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
         open_loop=info.mode == "open",
         stopped_early=info.stopped_early,
         connect_failures=info.connect_failures,
+        window_s=t_s,
     )
     client["saturated"] = v.cause in CLIENT_CAUSES
     client["reason"] = v.reason if client["saturated"] else ""
