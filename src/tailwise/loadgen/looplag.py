@@ -9,12 +9,13 @@ it, its first unread expiration was due at a known instant; the time since
 then is how long a readable descriptor waited for the loop just then.
 
 A response that became readable while the loop was busy was read no more than
-that lateness plus one period after it arrived. The maximum lateness seen in
-each :data:`BUCKET_NS` slice of run time is kept (a preallocated array: one
-integer store per probe, never per request), and a request read at ``t`` gets
-the maximum over the slices around ``t`` plus one period as the bound on its
-receive lag (:class:`tailwise.metrics.client.LagSeries`). The probe costs about
-1,000 wake-ups a second, a few microseconds each.
+that lateness plus one period after it arrived. The lateness is booked in every
+:data:`BUCKET_NS` slice of run time the wait spanned, keeping the maximum per
+slice (a preallocated array: one integer store per probe in the common case,
+never per request), and a request read at ``t`` gets the maximum over the
+slices around ``t`` plus one period as the bound on its receive lag
+(:class:`tailwise.metrics.client.LagSeries`). The probe costs about 1,000
+wake-ups a second, a few microseconds each.
 
 Where there is no ``timerfd`` (not Linux), the loop's own timer is used: its
 millisecond rounding makes each sample up to 1 ms larger, which only widens
