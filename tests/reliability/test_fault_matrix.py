@@ -71,8 +71,11 @@ LENGTHS = [
 
 @pytest.fixture(scope="module")
 def target() -> Iterator[str]:
-    """One loopback target (2 ms answers) for every case: each gets its own proxy."""
-    proc, url = spawn("tailwise.server.loopback", "--service", "2ms", "--lifetime", "300s")
+    """One loopback target (2 ms answers) for every case: each gets its own proxy.
+
+    Its lifetime must outlast the whole module: the long cases alone take ~5 minutes,
+    and a target that exited at 300 s showed up as requests the proxy never saw."""
+    proc, url = spawn("tailwise.server.loopback", "--service", "2ms", "--lifetime", "900s")
     yield url
     proc.terminate()
     proc.wait(timeout=10)
