@@ -303,9 +303,14 @@ def mgc_mean_wait_s(c: int, service_s: float, lam: float, cv: float) -> float:
     (cv = 1); an approximation otherwise, good to a few percent at moderate to high
     load and worst for nearly deterministic service at light load. inf at capacity.
     """
+    return mmc_mean_wait_s(c, service_s, lam) * allen_cunneen_factor(cv)
+
+
+def allen_cunneen_factor(cv: float) -> float:
+    """``(1 + cv^2) / 2``: how much an M/G/c queue exceeds M/M/c's (Allen-Cunneen)."""
     if cv < 0:
         raise ValueError("cv must be >= 0")
-    return mmc_mean_wait_s(c, service_s, lam) * (1.0 + cv * cv) / 2.0
+    return (1.0 + cv * cv) / 2.0
 
 
 def mmck_probabilities(c: int, k: int, offered_load: float) -> list[float]:

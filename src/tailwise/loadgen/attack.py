@@ -97,10 +97,15 @@ class Engine:
             self.completed.append(block.base + j)
         return n
 
-    def stop(self) -> None:
-        """Stop sending now (interruption). Requests not yet due are not part of the run."""
+    def _mark_stopped(self) -> int:
+        """The run-relative instant sending stopped (0 before the clock started), set once."""
         if self.stopped_rel_ns is None and not self.finished_sending.is_set():
             self.stopped_rel_ns = now_ns() - self.t0 if self.t0 else 0
+        return self.stopped_rel_ns or 0
+
+    def stop(self) -> None:
+        """Stop sending now (interruption). Requests not yet due are not part of the run."""
+        self._mark_stopped()
         self.stopping = True
         self.give_up_queue("not_sent:interrupted")
         self.finished_sending.set()
@@ -267,9 +272,9 @@ class OpenLoop(Engine):
         """Interrupted: rows already due but not sent become ``not_sent:interrupted``;
         rows not yet due are dropped from the plan (they were never due)."""
         if self._block is not None and not self.finished_sending.is_set():
-            # Before the clock started (t0 unset) nothing was due: close nothing, at 0.
-            self.stopped_rel_ns = now_ns() - self.t0 if self.t0 else 0
-            self._close_plan(self.stopped_rel_ns if self.t0 else -1)
+            # Before the clock started (t0 unset) nothing was due: close nothing.
+            at = self._mark_stopped()
+            self._close_plan(at if self.t0 else -1)
         self._building = None
         super().stop()
         if self._waker is not None:

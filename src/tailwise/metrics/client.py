@@ -177,7 +177,7 @@ def client_doc(
                 "bucket_ns": s.bucket_ns,
                 "period_ns": s.period_ns,
                 "samples": s.samples,
-                "bucket_max_us": (-(-s.bucket_max_ns // 1000)).tolist(),
+                "bucket_max_us": (-(-s.bucket_max_ns // 1000)).tolist(),  # a bound stays one
             }
             for s in series
         ],

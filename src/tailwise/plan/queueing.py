@@ -131,7 +131,7 @@ def _queue_level(
         p_wait, lq = rho, cap.mg1_queue_length(rho, cv)
     else:  # Allen-Cunneen: M/M/c's queue scaled by (1 + cv^2) / 2 (Erlang C's chance to wait)
         p_wait = cap.erlang_c(c, a) if a > 0 else 0.0
-        lq = cap.mmc_queue_length(c, a) * (1 + cv * cv) / 2
+        lq = cap.mmc_queue_length(c, a) * cap.allen_cunneen_factor(cv)
     row: dict[str, Any] = {"utilization": rho}
     if service_s is not None:
         row["rate_rps"] = a / service_s
