@@ -3,15 +3,31 @@
 Engine-agnostic: it calls ``trial(rate_rps) -> Outcome`` and never knows
 whether a load generator or a simulator ran it.
 
+Each trial answers twice: ``passed``, what its point estimates say (it steers
+the search), and ``decided``, what its sample supports at its confidence:
+``pass``, ``fail`` or ``inconclusive`` (:mod:`tailwise.metrics.intervals`).
+
 1. **Bracket**: from ``start_rps``, double while trials pass (halve while they
    fail) until one rate passes and the next fails.
 2. **Bisect** the bracket until ``(hi - lo) / lo <= resolution``.
-3. **Band**: run the final ``lo`` and ``hi`` ``repeats`` more times. Noise near
-   the knee shows up as disagreement. ``band_rps`` is ``[L, H]``: ``L`` is the
-   highest tested rate at which every trial (at it and at every lower tested
-   rate) passed; ``H`` is the lowest tested rate at which every trial (at it
-   and at every higher tested rate) failed. The knee reported is ``L``: the
-   highest rate shown to hold, never an interpolation.
+3. **Repeat** the final ``lo`` and ``hi`` ``repeats`` more times. Noise near
+   the knee shows up as disagreement.
+4. **Settle**: if no tested rate was *shown* to hold (or to fail), try up to
+   :data:`SETTLE_TRIALS` rates further down (up) from the final bracket by
+   :data:`SETTLE_STEP`, with the ``confirm`` trial. A measured search steers with
+   trials that decide at a lower confidence (they only choose the next rate,
+   and stop sooner) and settles with trials at the full confidence: only *firm*
+   trials, decided at the search's confidence, make the band.
+
+``knee_rps`` is the point estimate: the highest tested rate at which every
+trial, at it and at every lower tested rate, passed on its point estimates
+(never an interpolation), and never below ``band_rps[0]``. ``band_rps`` is
+``[L, H]``: ``L`` the highest rate *shown to hold* (every trial at it decided
+pass, and none at or below it decided fail), ``H`` the lowest rate *shown to
+fail* (every trial at it decided fail, none at or above it decided pass); each
+end is ``None`` when no tested rate shows it. ``undecided_rps`` lists the
+inconclusive rates between them: the true knee lies in ``[L, H]`` (each end
+holding at the trials' confidence), most likely near ``knee_rps``.
 
 A trial the engine could not run honestly (a saturated load generator, an
 interrupted run) stops the search with :class:`KneeAborted`.
@@ -19,11 +35,13 @@ interrupted run) stops the search with :class:`KneeAborted`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tailwise.errors import TailwiseError
+from tailwise.metrics.verdict import point_passed, settled
 
 
 class KneeAborted(TailwiseError):
@@ -36,34 +54,73 @@ class KneeAborted(TailwiseError):
         self.result = result  # the trials run before the search stopped
 
 
+SETTLE_TRIALS = 3  # at most this many extra trials on each side to show the band's ends
+SETTLE_STEP = 0.8  # each settling trial goes this factor further down (1/this up)
+
+
 @dataclass(frozen=True)
 class Outcome:
-    passed: bool
+    passed: bool  # on the point estimates: steers the search
     invalid_reason: str = ""  # non-empty: the search stops
     detail: dict[str, Any] = field(default_factory=dict)  # goodput, p99...: kept in trials
+    decided: str = ""  # pass | fail | inconclusive; "" means as ``passed`` (certain)
+    firm: bool = True  # decided at the search's confidence (a steering trial's is lower)
+
+    @property
+    def settled(self) -> str:
+        return self.decided or ("pass" if self.passed else "fail")
 
 
 @dataclass(frozen=True)
 class TrialRecord:
     rate_rps: float
     passed: bool
-    phase: str  # "bracket" | "bisect" | "repeat"
+    phase: str  # "bracket" | "bisect" | "repeat" | "settle"
     detail: dict[str, Any]
+    decided: str = ""  # pass | fail | inconclusive ("" as passed)
+    firm: bool = True  # decided at the search's confidence: only firm trials make the band
+
+    @property
+    def settled(self) -> str:
+        return self.decided or ("pass" if self.passed else "fail")
 
 
 @dataclass
 class KneeResult:
     knee_rps: float | None
-    band_rps: tuple[float, float] | None
+    band_rps: tuple[float | None, float | None] | None
     trials: list[TrialRecord]
     note: str = ""
+    method: str = "bisection"  # how knee_rps was found: bisection | fit | shown to hold
+
+    @property
+    def undecided_rps(self) -> list[float]:
+        lo, hi = self.band_rps or (None, None)
+        return sorted(
+            {
+                t.rate_rps
+                for t in self.trials
+                if (t.settled == "inconclusive" or not t.firm)
+                and (lo is None or t.rate_rps > lo)
+                and (hi is None or t.rate_rps < hi)
+            }
+        )
 
     def to_json(self, slos: list[str]) -> dict[str, Any]:
         return {
             "knee_rps": self.knee_rps,
+            "knee_method": self.method,
             "band_rps": list(self.band_rps) if self.band_rps else None,
+            "undecided_rps": self.undecided_rps,
             "trials": [
-                {"rate_rps": t.rate_rps, "passed": t.passed, "phase": t.phase, **t.detail}
+                {
+                    "rate_rps": t.rate_rps,
+                    "passed": t.passed,
+                    "decided": t.settled,
+                    "firm": t.firm,
+                    "phase": t.phase,
+                    **t.detail,
+                }
                 for t in self.trials
             ],
             "slos": slos,
@@ -82,17 +139,30 @@ class Judged(Protocol):
 
 
 def knee_rps(steps: Sequence[Judged]) -> float | None:
-    """The highest rate at which this step and every lower one passed (None if the first failed).
+    """The highest rate at which this step and every lower one passed on its point estimates
+    (:func:`~tailwise.metrics.verdict.point_passed`; None if the first failed).
 
     None for closed-loop steps: they have no offered rate to find a knee over."""
     if any(s.summary.get("mode") == "closed" for s in steps):
         return None
     knee = None
     for step in sorted(steps, key=lambda s: s.rate_rps):
-        if step.summary["verdict"] != "pass":
+        if not point_passed(step.summary):
             break
         knee = step.rate_rps
     return knee
+
+
+def steps_band(steps: Sequence[Judged]) -> tuple[float | None, float | None] | None:
+    """``(L, H)`` of a sweep's steps, as :func:`decided_band` (None in closed loop)."""
+    if any(s.summary.get("mode") == "closed" for s in steps):
+        return None
+    records = [
+        TrialRecord(s.rate_rps, point_passed(s.summary), "step", {}, settled(s.summary))
+        for s in steps
+    ]
+    shown = decided_band(records)
+    return shown if shown != (None, None) else None
 
 
 Trial = Callable[[float], Outcome]
@@ -107,23 +177,27 @@ class KneeSearch:
         repeats: int = 1,
         max_trials: int = 30,
         on_trial: Callable[[TrialRecord], None] | None = None,
+        confirm: Trial | None = None,
     ) -> None:
+        """``confirm`` runs the settling trials (at the search's full confidence) when the
+        steering ``trial`` decides at less; by default ``trial`` runs them too."""
         if not 0 < resolution < 1:
             raise ValueError("resolution must be in (0, 1)")
         self.trial = trial
+        self.confirm = confirm or trial
         self.resolution = resolution
         self.repeats = repeats
         self.max_trials = max_trials
         self.on_trial = on_trial or (lambda t: None)
         self.trials: list[TrialRecord] = []
 
-    def _run(self, rate: float, phase: str) -> bool:
+    def _run(self, rate: float, phase: str, trial: Trial | None = None) -> bool:
         if len(self.trials) >= self.max_trials:
             raise KneeAborted(f"no knee within {self.max_trials} trials")
-        out = self.trial(rate)
+        out = (trial or self.trial)(rate)
         if out.invalid_reason:
             raise KneeAborted(f"trial at {rate:g}/s could not be judged: {out.invalid_reason}")
-        record = TrialRecord(rate, out.passed, phase, out.detail)
+        record = TrialRecord(rate, out.passed, phase, out.detail, out.settled, out.firm)
         self.trials.append(record)
         self.on_trial(record)
         return out.passed
@@ -158,11 +232,27 @@ class KneeSearch:
             for _ in range(self.repeats):
                 self._run(lo, "repeat")
                 self._run(hi, "repeat")
+            self._settle(lo, hi, floor_rps, ceiling_rps)
         except KneeAborted as exc:
             result = self._result()
             result.note = str(exc)
             raise KneeAborted(str(exc), result) from None
         return self._result()
+
+    def _settle(self, lo: float, hi: float, floor: float, ceiling: float) -> None:
+        """Try rates further out until each end of the band is shown (see the docstring)."""
+        rate = lo
+        for _ in range(SETTLE_TRIALS):
+            if decided_band(self.trials)[0] is not None or rate * SETTLE_STEP < floor:
+                break
+            rate *= SETTLE_STEP
+            self._run(rate, "settle", self.confirm)
+        rate = hi
+        for _ in range(SETTLE_TRIALS):
+            if decided_band(self.trials)[1] is not None or rate / SETTLE_STEP > ceiling:
+                break
+            rate /= SETTLE_STEP
+            self._run(rate, "settle", self.confirm)
 
     def _unbracketed(self, floor: float, ceiling: float) -> KneeResult:
         result = self._result()
@@ -173,11 +263,104 @@ class KneeSearch:
         return result
 
     def _result(self) -> KneeResult:
-        return KneeResult(*band(self.trials), self.trials)
+        knee, _ = band(self.trials)
+        shown = decided_band(self.trials)
+        fitted = fitted_knee(self.trials, shown)
+        method = "bisection"
+        if fitted is not None and knee is not None:
+            knee, method = fitted, "fit"
+        if shown[0] is not None and knee is not None and knee < shown[0]:
+            knee, method = shown[0], "shown to hold"
+        has_band = shown != (None, None)
+        return KneeResult(knee, shown if has_band else None, self.trials, method=method)
+
+
+MAX_MISS_FACTOR = 10.0  # a trial missing 10x the allowed share is far past the knee: unfit
+
+
+def fitted_knee(
+    trials: list[TrialRecord], shown: tuple[float | None, float | None] = (None, None)
+) -> float | None:
+    """Where the trials' miss share crosses the share an SLO allows, pooled over trials.
+
+    A single trial near the knee decides little: its miss share (``1 - F(t)``) has a
+    wide interval, and bisecting on it wanders by the noise. Every trial that missed
+    some requests but not ten times the allowance (``detail["within"]``: share, n,
+    needed, per SLO) is a point of ``log(miss share)`` against rate, nearly linear
+    near the knee (exactly so for M/M/1, where ``1 - F(t) = exp(-(mu - lam) t)``); a
+    weighted least-squares line (weight: the misses, whose count sets each log's
+    variance) is solved for ``log(1 - needed)``. The knee is the lowest such crossing
+    over the SLOs, kept inside the tested rates and the decided band. None with fewer
+    than two such rates, or a line that does not rise."""
+    points: dict[str, list[tuple[float, float, float]]] = {}
+    for t in trials:
+        for w in t.detail.get("within") or []:
+            miss = 1.0 - float(w["share"])
+            allowed = 1.0 - float(w["needed"])
+            if 0.0 < miss <= MAX_MISS_FACTOR * allowed and allowed > 0:
+                points.setdefault(str(w["spec"]), []).append((t.rate_rps, miss, w["n"] * miss))
+    crossings = []
+    for spec, pts in points.items():
+        needed = next(
+            float(w["needed"])
+            for t in trials
+            for w in t.detail.get("within") or []
+            if w["spec"] == spec
+        )
+        k = _crossing(pts, math.log(1.0 - needed))
+        if k is not None:
+            crossings.append(k)
+    if not crossings:
+        return None
+    tested = [t.rate_rps for t in trials]
+    knee = min(max(min(crossings), min(tested)), max(tested))
+    lo, hi = shown
+    if lo is not None:
+        knee = max(knee, lo)
+    if hi is not None:
+        knee = min(knee, hi)
+    return knee
+
+
+def _crossing(points: list[tuple[float, float, float]], target: float) -> float | None:
+    if len({p[0] for p in points}) < 2:
+        return None
+    x = [p[0] for p in points]
+    y = [math.log(p[1]) for p in points]
+    w = [p[2] for p in points]
+    sw = sum(w)
+    mx = sum(wi * xi for wi, xi in zip(w, x, strict=True)) / sw
+    my = sum(wi * yi for wi, yi in zip(w, y, strict=True)) / sw
+    sxx = sum(wi * (xi - mx) ** 2 for wi, xi in zip(w, x, strict=True))
+    sxy = sum(wi * (xi - mx) * (yi - my) for wi, xi, yi in zip(w, x, y, strict=True))
+    if sxx <= 0 or sxy <= 0:
+        return None
+    slope = sxy / sxx
+    return mx + (target - my) / slope
+
+
+def decided_band(trials: list[TrialRecord]) -> tuple[float | None, float | None]:
+    """``(L, H)``: the highest rate shown to hold and the lowest shown to fail."""
+    firm = [t for t in trials if t.firm]
+    rates = sorted({t.rate_rps for t in firm})
+    at = {r: {t.settled for t in firm if t.rate_rps == r} for r in rates}
+    low = None
+    for r in rates:
+        if "fail" in at[r]:
+            break
+        if at[r] == {"pass"}:
+            low = r
+    high = None
+    for r in reversed(rates):
+        if "pass" in at[r]:
+            break
+        if at[r] == {"fail"}:
+            high = r
+    return low, high
 
 
 def band(trials: list[TrialRecord]) -> tuple[float | None, tuple[float, float] | None]:
-    """(knee, band) from every trial so far; see the module docstring."""
+    """(knee, band) on the point estimates alone, from every trial so far."""
     rates = sorted({t.rate_rps for t in trials})
     all_pass = {r: all(t.passed for t in trials if t.rate_rps == r) for r in rates}
     all_fail = {r: not any(t.passed for t in trials if t.rate_rps == r) for r in rates}

@@ -84,8 +84,11 @@ def test_open_loop_llm_run_with_slos(lab: tuple[str, Path], tmp_path: Path) -> N
         out=str(tmp_path / "r"),
     )
     s = res.summary
-    assert s["verdict"] == "pass", s["verdict_reason"]
+    # Every SLO holds as measured, but 80 requests cannot show a 99% attainment (a pass
+    # needs several hundred): the verdict says so instead of passing.
     assert [e["passed"] for e in s["slos"]] == [True, True, True]
+    assert s["verdict"] == "inconclusive" and s["verdict_cause"] == "undecided"
+    assert "ttft<=100ms undecided" in s["verdict_reason"]
     assert s["ttft_ms"]["p50"] >= 50.0  # from the intended send: never less than the server's
     row = json.loads((tmp_path / "r" / "records.jsonl").read_text().splitlines()[0])
     assert len(row["chunk_times"]) == 8 and row["output_tokens"] == 8
@@ -216,7 +219,8 @@ def test_embeddings_requests(lab: tuple[str, Path], tmp_path: Path) -> None:
         out=str(tmp_path / "r"),
     )
     s = res.summary
-    assert s["requests"]["ok"] == 10 and s["verdict"] == "pass"
+    assert s["requests"]["ok"] == 10 and s["slos"][0]["passed"]
+    assert s["verdict"] == "inconclusive"  # a p99 from 10 requests is "n too small"
     assert s["ttft_ms"] is None  # not a stream: no token metrics
     assert s["service_ms"]["p50"] == pytest.approx(50.0, abs=5.0)  # the lab's 50 ms
     assert json.loads((tmp_path / "r" / "run.json").read_text())["requests"]["urls"] == [

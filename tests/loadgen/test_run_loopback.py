@@ -263,7 +263,7 @@ def test_cli_json_and_exit_codes(loopback: Loopback, tmp_path: Path) -> None:
         "--duration",
         "1s",
         "--slo",
-        "p99(latency)<=100ms",
+        "p50(latency)<=100ms",
         "--json",
         "--out",
         str(tmp_path / "a"),
@@ -272,6 +272,12 @@ def test_cli_json_and_exit_codes(loopback: Loopback, tmp_path: Path) -> None:
     s = json.loads(p.stdout)
     assert s["verdict"] == "pass" and s["schema"] == "tailwise.summary/1"
     assert "verdict" in p.stderr  # the human summary goes to stderr with --json
+    # A p99 from 100 requests: measured within 100 ms, but not shown to be: exit 5.
+    p = cli(
+        "run", url, "--rate", "100/s", "--duration", "1s", "--slo", "p99(latency)<=100ms",
+        "-q", "--out", str(tmp_path / "c"),
+    )  # fmt: skip
+    assert p.returncode == 5, p.stderr
     p = cli(
         "run",
         url,

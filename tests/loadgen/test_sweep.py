@@ -36,8 +36,12 @@ def test_sweep_steps_goodput_and_knee(demo_target: Callable[..., str], tmp_path:
     assert json.loads((tmp_path / "sweep.json").read_text()) == doc
     steps = doc["steps"]
     assert [s["offered_rps"] for s in steps] == [50.0, 100.0, 300.0]
-    assert [s["verdict"] for s in steps] == ["pass", "pass", "fail"]
-    assert doc["knee_rps"] == 100.0
+    # 2 s steps hold ~100-200 requests: the p99 holds as measured at 50 and 100/s, but
+    # that few cannot show a 99% share (inconclusive); 300/s is shown to fail.
+    assert [s["verdict"] for s in steps] == ["inconclusive", "inconclusive", "fail"]
+    assert [s["decided"] for s in steps] == ["inconclusive", "inconclusive", "fail"]
+    assert doc["knee_rps"] == 100.0  # the point estimate
+    assert doc["band_rps"] == [None, 300.0]  # nothing shown to hold; 300/s shown to fail
     for s in steps:
         summary = json.loads((Path(s["directory"]) / "summary.json").read_text())
         assert summary["rates"]["throughput_rps"] == s["throughput_rps"]
@@ -63,7 +67,8 @@ def test_knee_cli_finds_the_mmc_knee_within_10_percent(
     doc = json.loads(capsys.readouterr().out)
     assert doc == json.loads((tmp_path / "knee.json").read_text())
     assert doc["knee_rps"] == pytest.approx(truth, rel=0.10)
-    assert doc["band_rps"][0] == doc["knee_rps"] < doc["band_rps"][1]
+    lo, hi = doc["band_rps"]
+    assert lo is not None and lo <= doc["knee_rps"] and (hi is None or doc["knee_rps"] < hi)
     assert doc["slos"] == ["p99(latency)<=50ms"]
     assert len(doc["trials"]) <= 12
     assert all(Path(t["directory"]).is_dir() for t in doc["trials"])
@@ -139,7 +144,8 @@ def test_a_trial_stops_once_its_slo_is_certainly_lost(
         stop_on_slo_loss=True,
         out=str(tmp_path / "held"),
     )
-    assert held.summary["verdict"] == "pass" and held.summary["stopped_early"] is None
+    held_slo = held.summary["slos"][0]
+    assert held_slo["passed"] and held.summary["stopped_early"] is None
     assert held.summary["window"]["end_s"] == pytest.approx(2.0)
 
 

@@ -104,15 +104,17 @@ def test_decided_pass_fail_and_inconclusive() -> None:
     ]
     s = _summary(lat, slos)
     decided = [e["decided"] for e in s["slos"]]
-    assert decided == ["pass", "fail", "inconclusive", "pass", "inconclusive"]
+    assert decided == ["pass", "fail", "inconclusive", "pass", "pass"]
     assert [e["passed"] for e in s["slos"]] == [True, False, True, True, True]  # unchanged
     lo, hi = s["slos"][2]["ci"]
     assert lo < p99 < hi and s["slos"][4]["ci"] is None
     assert s["decided"] == "fail" and s["verdict"] == "fail"
-    assert "the sample cannot decide" in _text(s)
+    assert "cannot decide" in _text(s)
 
     s = _summary(lat, slos[:1] + slos[2:])
-    assert s["decided"] == "inconclusive" and s["verdict"] == "pass"  # verdicts unchanged
+    assert s["decided"] == "inconclusive" and s["verdict"] == "inconclusive"
+    assert s["verdict_cause"] == "undecided" and "p99(latency)<=46" in s["verdict_reason"]
+    assert "? p99(latency)" in _text(s) and "need 99%: cannot decide" in _text(s)
     assert compose(["pass", "pass"]) == "pass" and compose([]) == "pass"
 
 

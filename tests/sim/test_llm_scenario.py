@@ -32,7 +32,8 @@ def test_records_are_the_models_answers_and_the_summary_has_token_metrics() -> N
     run = simulate(parse_scenario(DEMO))
     s, r = run.summary, run.records
     check_summary(s, littles_tol=0.02)
-    assert s["verdict"] == "pass" and s["sim"]["engine"] == "llm steps"
+    assert all(e["passed"] for e in s["slos"]) and s["sim"]["engine"] == "llm steps"
+    assert s["verdict"] in ("pass", "inconclusive")  # 600 requests: 99% need not be shown
     # The same arrivals through simulate_llm directly give the same instants.
     res = simulate_llm(
         LlmSpec(EngineConfig()),

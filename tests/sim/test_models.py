@@ -145,7 +145,8 @@ def test_seed_003_goodput_equals_throughput_below_the_knee() -> None:
             s = _seed_003(rate, seed)
             check_summary(s, littles_tol=0.02)  # 20 s windows, latencies up to ~0.2 s
             assert s["rates"]["goodput_rps"] == s["rates"]["throughput_rps"], (rate, seed)
-            assert s["verdict"] == "pass"
+            # Every SLO holds as measured; a 20 s window need not *show* a p99 at 0.9 load
+            assert s["slos"][0]["passed"] and s["verdict"] in ("pass", "inconclusive")
             # below capacity, completions keep up with arrivals
             assert s["rates"]["throughput_rps"] == pytest.approx(
                 s["rates"]["offered_rps"], rel=0.01
@@ -167,7 +168,10 @@ def test_seed_003_goodput_collapses_from_capacity() -> None:
     share = {rate: _share(rate, seeds) for rate in (500, 520, 560)}
     for rate in (520, 560):
         rows = [_seed_003(rate, seed) for seed in seeds]
-        assert all(s["verdict"] == "fail" for s in rows)
+        # Every run misses as measured; most are *shown* to fail (a queue still filling);
+        # a few 20 s windows of a drifting walk stay too correlated to show it.
+        assert all(not s["slos"][0]["passed"] and s["verdict"] != "pass" for s in rows)
+        assert sum(s["verdict"] == "fail" for s in rows) >= 0.9 * len(rows)
         assert_covers([s["rates"]["throughput_rps"] for s in rows], 500.0, f"throughput {rate}")
     assert share[520].mean + share[520].half < 0.5, share[520]
     # The self-check notices that an overloaded run is not in steady state.

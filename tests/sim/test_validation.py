@@ -322,7 +322,7 @@ def test_bad_scenario_is_one_line_naming_the_field(data: dict[str, Any], field: 
 
 GOOD = """\
 name: m/m/1 at half load
-arrival: {process: poisson, rate: 100/s, duration: 5s, warmup: 1s, seed: 3}
+arrival: {process: poisson, rate: 100/s, duration: 120s, warmup: 1s, seed: 3}
 service: exp:5ms
 slo: ["p99(latency)<=200ms"]
 """
@@ -381,7 +381,7 @@ def test_toml_scenario_runs_like_yaml(tmp_path: Path, capsys: pytest.CaptureFixt
     yaml_file.write_text(GOOD)
     toml_file.write_text(
         'name = "m/m/1 at half load"\nservice = "exp:5ms"\nslo = ["p99(latency)<=200ms"]\n'
-        '[arrival]\nprocess = "poisson"\nrate = "100/s"\nduration = "5s"\n'
+        '[arrival]\nprocess = "poisson"\nrate = "100/s"\nduration = "120s"\n'
         'warmup = "1s"\nseed = 3\n'
     )
     docs = []

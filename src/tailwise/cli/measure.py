@@ -128,7 +128,7 @@ def sweep(
     "--resolution", default="5%", show_default=True, help="Stop bisecting at this relative width."
 )
 @click.option(
-    "--repeats", default=1, show_default=True, type=int, help="Extra runs of the final bracket."
+    "--repeats", default=0, show_default=True, type=int, help="Extra runs of the final bracket."
 )
 @click.option(
     "--early-stop/--no-early-stop",
@@ -159,7 +159,11 @@ def knee(
 ) -> None:
     """Find the highest offered rate at which every SLO holds (bracket, bisect, repeat)."""
     from tailwise.knee import KneeAborted, KneeSearch
-    from tailwise.loadgen.sweep import knee_trial
+    from tailwise.loadgen.sweep import (
+        CONFIRM_MAX_DURATION,
+        STEER_CONFIDENCE,
+        knee_trial,
+    )
     from tailwise.units import parse_count, parse_fraction, parse_rate_rps
 
     if not kw["slo"] and not scenario:  # a scenario may bring its own slo: list
@@ -178,18 +182,31 @@ def knee(
         raise BadInput("URL", " ".join(urls) or None, "a URL to measure, or --sim SCENARIO")
     if scenario:
         trial, out_dir, slo_specs = _sim_knee_setup(scenario, kw, least)
+        confirm = None
     else:
         opts = _base_options(urls, "knee", kw)
         out_dir = _search_dir(opts)
-        trial = knee_trial(opts, out_dir, least, stop_early=early_stop)
+        sequential = opts.duration in (None, "auto")
+        trial = knee_trial(
+            opts, out_dir, least, early_stop, STEER_CONFIDENCE if sequential else 0.95
+        )
+        confirm = knee_trial(
+            opts, out_dir, least, early_stop, 0.95, CONFIRM_MAX_DURATION, prefix="settle"
+        )
         slo_specs = list(opts.slo)
 
     def on_trial(t: Any) -> None:
         if not quiet:
-            mark = "pass" if t.passed else "fail"
-            click.echo(f"  {t.phase:<8} {t.rate_rps:10.4g}/s  {mark}", err=True)
+            mark = (
+                t.settled
+                if t.settled != "inconclusive"
+                else ("inconclusive (point: " + ("pass" if t.passed else "fail") + ")")
+            )
+            n = t.detail.get("requests")
+            size = f"  {n} requests in {t.detail.get('window_s', 0):.0f}s" if n else ""
+            click.echo(f"  {t.phase:<8} {t.rate_rps:10.4g}/s  {mark}{size}", err=True)
 
-    search = KneeSearch(trial, resolution=res, repeats=repeats, on_trial=on_trial)
+    search = KneeSearch(trial, resolution=res, repeats=repeats, on_trial=on_trial, confirm=confirm)
     code = 0
     try:
         result = search.run(first, lo, hi)
@@ -217,6 +234,8 @@ def _sim_knee_setup(scenario: str, kw: dict[str, Any], least: int) -> tuple[Any,
         sc = sc.model_copy(update={"slo": list(kw["slo"]), "attainment": kw["attainment"]})
     elif not sc.slo:
         raise BadInput("--slo", "nothing", "at least one SLO (here or in the scenario's slo:)")
+    if kw.get("duration") == "auto":
+        raise BadInput("--duration", "auto", "a fixed duration for --sim (a simulation is exact)")
     if kw.get("duration"):
         arrival = sc.arrival.model_copy(update={"duration": kw["duration"]})
         sc = sc.model_copy(update={"arrival": arrival})
@@ -230,8 +249,14 @@ def _print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
     if knee_rps is None:
         click.echo("knee      none found", err=stderr)
     else:
-        where = f"  band {band[0]:.4g}-{band[1]:.4g}/s" if band else ""
-        click.echo(f"knee      {knee_rps:.4g}/s{where}  ({len(doc['trials'])} trials)", err=stderr)
+        click.echo(f"knee      {knee_rps:.4g}/s  ({len(doc['trials'])} trials)", err=stderr)
+    if band:
+        held = f"{band[0]:.4g}/s" if band[0] is not None else "no rate tried"
+        failed = f"{band[1]:.4g}/s" if band[1] is not None else "no rate tried"
+        click.echo(f"band      shown to hold at {held}, shown to fail at {failed}", err=stderr)
+    if doc.get("undecided_rps"):
+        rates = ", ".join(f"{r:.4g}" for r in doc["undecided_rps"])
+        click.echo(f"undecided {rates} /s: those trials could not decide", err=stderr)
     if doc["note"]:
         click.echo(f"note      {doc['note']}", err=stderr)
     click.echo(f"saved     {directory}/knee.json", err=stderr)

@@ -23,13 +23,23 @@ def run_options(f: F) -> F:
             help="constant | poisson | gamma:<burstiness> | ramp:<from>-<to> | "
             "stages:<rate>@<dur>,... | trace:<file>",
         ),
-        click.option("--duration", help="Measurement window, e.g. 60s (default 10s)."),
+        click.option(
+            "--duration",
+            help="Measurement window, e.g. 60s (default 10s), or auto: until every SLO is "
+            "decided at 95% confidence, up to --max-duration.",
+        ),
+        click.option(
+            "--max-duration",
+            help="The cap of --duration auto (default 300s for run, 120s per step or trial "
+            "of sweep and knee).",
+        ),
         click.option("--requests", "requests", help="Stop after this many requests."),
         click.option(
             "--warmup",
-            default="0s",
+            default="auto",
             show_default=True,
-            help="Recorded and flagged but excluded from statistics.",
+            help="Recorded and flagged but excluded from statistics: a duration, or auto "
+            "(the initial transient that MSER-5 finds, when there is one).",
         ),
         click.option("--seed", default=0, show_default=True, type=int, help="Schedule seed."),
         click.option(

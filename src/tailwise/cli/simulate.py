@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from tailwise.errors import BadInput
+from tailwise.metrics.verdict import exit_code
 
 
 @click.command()
@@ -117,7 +118,7 @@ def simulate(
         legs = sim.get("legs")
         if legs is not None and (legs["sent"] > sim["requests"] or legs["needed_per_request"] > 1):
             click.echo(_redundancy_line(legs), err=as_json)
-    sys.exit({"pass": 0, "fail": 1, "invalid": 3}[result.summary["verdict"]])
+    sys.exit(exit_code(result.summary))
 
 
 def _redundancy_line(legs: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ from tailwise.loadgen.prepare import Prepared, plan_window_end
 from tailwise.metrics import derive
 from tailwise.metrics.client import CLIENT_FILE, ClientLag, client_doc
 from tailwise.metrics.histogram import interval_histograms, write_hlog
+from tailwise.metrics.steady import auto_start_ns
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.metrics.verdict import exit_code
 from tailwise.records import Records, write_jsonl
@@ -57,25 +58,60 @@ def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
     out, rows_on_disk = executed.outcome, executed.rows_on_disk
     engine = out.engine
     end_ns = window_end(p, engine)
-    if out.interrupted or out.stopped_early:
+    if out.interrupted or out.stopped_early or out.settled:
         end_ns = min(end_ns, max(out.stopped_at_ns, p.warmup_ns + 1))
     records = Records.from_blocks(engine.blocks, 0, (p.warmup_ns, end_ns))
+    start_ns, warmup = auto_warmup(p, records, (p.warmup_ns, end_ns))
     writer = writer_state(directory, records, rows_on_disk)
     rows_on_disk = writer["rows_on_disk"]
+    if warmup.get("cut_requests") and writer["state"] == "ok":
+        # The live writer flagged in_window by the planned window: flag the cut rows too.
+        rows_on_disk = write_jsonl(directory / "records.jsonl", records)
     info = run_info(
         p,
-        (p.warmup_ns, end_ns),
+        (start_ns, end_ns),
         interrupted=(out.interrupted, out.note),
         stopped_early=out.stopped_early,
         rows_on_disk=rows_on_disk,
     )
     info.extra = token_source(out) if p.streaming else {}
+    info.extra["warmup"] = warmup
+    if out.looks is not None:
+        info.confidence = out.looks.confidence
+        info.sequential = sequential_doc(out)
     if writer["state"] != "ok":
         info.extra["records_writer"] = writer
     client_info(info, [client_part(out)])
     summary = summarize(records, info)
-    write_outputs(directory, records, summary, out.t0_unix_s, (p.warmup_ns, end_ns), info)
+    write_outputs(directory, records, summary, out.t0_unix_s, (start_ns, end_ns), info)
     return RunResult(summary, records, directory)
+
+
+def auto_warmup(
+    p: Prepared, records: Records, window_ns: tuple[int, int]
+) -> tuple[int, dict[str, Any]]:
+    """Where the window starts, and summary.json's ``warmup``: with ``--warmup auto`` past
+    the transient MSER-5 finds (:func:`tailwise.metrics.steady.auto_start_ns`), else at
+    the warm-up given. Sets ``records.in_window`` to match."""
+    if p.opts.warmup != "auto":
+        return window_ns[0], {"mode": "fixed", "start_s": window_ns[0] / 1e9}
+    ok = records.error == 0
+    start_ns, cut = auto_start_ns(records.scheduled_ns, derive.latency_ns(records), ok, window_ns)
+    records.in_window = (records.scheduled_ns >= start_ns) & (records.scheduled_ns < window_ns[1])
+    return start_ns, {"mode": "auto", "start_s": start_ns / 1e9, "cut_requests": cut}
+
+
+def sequential_doc(out: Outcome) -> dict[str, Any]:
+    """summary.json's ``sequential``: how a ``--duration auto`` run looked and why it ended."""
+    assert out.looks is not None
+    return {
+        "looks_planned": out.looks.count,
+        "looks_taken": out.looked + 1,  # the final summary is a look too
+        "per_look_confidence": out.looks.confidence,
+        "overall_confidence": out.looks.overall,
+        "settled": out.settled or None,
+        "reached_cap": not out.settled and not out.interrupted and not out.stopped_early,
+    }
 
 
 def writer_state(directory: Path, records: Records, rows_on_disk: int | None) -> dict[str, Any]:

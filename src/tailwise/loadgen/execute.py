@@ -37,11 +37,11 @@ from tailwise.clock import now_ns
 from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
 from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.looplag import LoopLag
-from tailwise.loadgen.prepare import Prepared, loss_watch, run_json
+from tailwise.loadgen.prepare import Prepared, loss_watch, run_json, sequential
 from tailwise.loadgen.results import Progress, RecordSink, pump
 from tailwise.loadgen.spill import Spill
 from tailwise.loadgen.transport import Transport
-from tailwise.loadgen.watch import LossWatch
+from tailwise.loadgen.watch import Looks, LossWatch, Sequential
 from tailwise.metrics.client import LagSeries
 from tailwise.records import error_code
 
@@ -99,6 +99,9 @@ class Outcome:
     stopped_early: str = ""  # why an SLO was already lost, when the run stopped for it
     lag: LagSeries | None = None  # the loop's receive lag, sampled through the run
     load: dict[str, Any] = field(default_factory=dict)  # the client's CPU use and the load
+    settled: str = ""  # --duration auto: why the run stopped once every SLO was decided
+    looks: Looks | None = None  # --duration auto: the looks planned, and their level
+    looked: int = 0  # --duration auto: looks taken before the run stopped
 
 
 class WorkerHooks(Protocol):
@@ -183,8 +186,10 @@ async def _execute(
     lost: list[str] = []
     stop_io = asyncio.Event()
     watch = _loss_watch(p)
+    decider = sequential(p) if p.share[1] == 1 else None
+    settled: list[str] = []
     # Old blocks may leave memory only while the pump is their only reader.
-    spill = Spill(sink.path.parent) if hooks is None and watch is None else None
+    spill = Spill(sink.path.parent) if hooks is None and watch is None and decider is None else None
     await sink.open()
     # Each in-flight request holds a connection: room for them all, plus the idle ones.
     reserve_fd_table(p.max_in_flight + 1024)
@@ -217,6 +222,13 @@ async def _execute(
             engine.stop()
 
         tasks.append(loop.create_task(_watch_loop(watch, engine, t0, stop_io, on_loss)))
+    if decider is not None:
+
+        def on_decided(reason: str) -> None:
+            settled.append(reason)
+            engine.stop()  # what was sent still finishes, as after a loss
+
+        tasks.append(loop.create_task(_decide_loop(decider, engine, t0, stop_io, on_decided)))
     sending = asyncio.ensure_future(engine.finished_sending.wait())
     await asyncio.wait([sending], return_when=asyncio.FIRST_COMPLETED)
     stopped_at = engine.stopped_rel_ns if engine.stopped_rel_ns is not None else now_ns() - t0
@@ -242,6 +254,9 @@ async def _execute(
         lost[0] if lost and not note else "",
         probe.series(),
         cpu.measure(),
+        settled[0] if settled and not lost and not note else "",
+        decider.looks if decider is not None else None,
+        decider.looked if decider is not None else 0,
     )
 
 
@@ -305,6 +320,22 @@ async def _watch_loop(
         reason = watch.check(engine.blocks, now_ns() - t0)
         if reason and not engine.finished_sending.is_set():
             on_loss(reason)
+            return
+
+
+async def _decide_loop(
+    decider: Sequential,
+    engine: Engine,
+    t0: int,
+    stop: asyncio.Event,
+    on_decided: Callable[[str], None],
+) -> None:
+    """Look (cheaply: most calls only count rows) until every SLO is decided."""
+    while not stop.is_set() and not engine.finished_sending.is_set():
+        await asyncio.sleep(WATCH_INTERVAL_S)
+        reason = decider.look(engine.blocks, now_ns() - t0)
+        if reason and not engine.finished_sending.is_set():
+            on_decided(reason)
             return
 
 

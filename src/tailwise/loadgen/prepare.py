@@ -38,7 +38,7 @@ from tailwise.loadgen.targets import (
     read_body,
     render,
 )
-from tailwise.loadgen.watch import LossWatch
+from tailwise.loadgen.watch import LossWatch, Sequential, plan_looks
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.units import parse_count, parse_duration_ns, parse_fraction
 
@@ -52,9 +52,13 @@ class RunOptions:
     urls: list[str]
     rate: str | None = None
     arrival: str = "poisson"
-    duration: str | None = None
+    duration: str | None = None  # "auto": until every SLO is decided, up to max_duration
+    max_duration: str | None = None  # the cap of --duration auto (None: 300s)
+    # --duration auto: the whole run's confidence in its decisions (knee steering trials
+    # use less: they only choose the next rate; see tailwise.knee)
+    confidence: float = 0.95
     requests: int | str | None = None
-    warmup: str = "0s"
+    warmup: str = "auto"  # MSER-5's transient (tailwise.metrics.steady), or a duration
     seed: int = 0
     slo: list[str] = field(default_factory=list)
     attainment: str = "99%"
@@ -140,6 +144,9 @@ def fd_budget() -> int:
 def _window(o: RunOptions, warmup_ns: int) -> tuple[int | None, int | None]:
     """(horizon_ns, max_count): the schedule's bounds; warm-up is inside the horizon."""
     count = parse_count(str(o.requests), "--requests") if o.requests is not None else None
+    if o.duration == "auto":
+        dur = parse_duration_ns(o.max_duration or "300s", "--max-duration", allow_zero=False)
+        return warmup_ns + dur, count
     if o.duration is not None:
         dur = parse_duration_ns(o.duration, "--duration", allow_zero=False)
         return warmup_ns + dur, count
@@ -205,7 +212,7 @@ def prepare(o: RunOptions) -> Prepared:
     streaming = bool(o.api in openai.STREAMING_APIS and o.stream)
     counter = openai.TokenCounter(o.tokenizer) if o.tokenizer else None
     prompt_tokens = [counter.count_prompt(p) for p in prompts] if counter and prompts else None
-    warmup_ns = parse_duration_ns(o.warmup, "--warmup")
+    warmup_ns = 0 if o.warmup == "auto" else parse_duration_ns(o.warmup, "--warmup")
     horizon_ns, max_count = _window(o, warmup_ns)
     attain = parse_fraction(o.attainment, "--attainment")
     slos = [parse_slo(s, attain) for s in o.slo]
@@ -237,7 +244,7 @@ def prepare(o: RunOptions) -> Prepared:
         if o.max_in_flight
         else min(DEFAULT_MAX_IN_FLIGHT, budget)
     )
-    return Prepared(
+    prepared = Prepared(
         opts=o,
         targets=targets,
         payloads=payloads,
@@ -264,6 +271,8 @@ def prepare(o: RunOptions) -> Prepared:
         prompt_tokens=prompt_tokens,
         workers=workers,
     )
+    sequential(prepared)  # a --duration auto the run cannot honour fails here, before traffic
+    return prepared
 
 
 def _scale_out(o: RunOptions, concurrency: int | None) -> int | None:
@@ -331,6 +340,26 @@ def _nominal_gap_ns(p: Prepared) -> int:
     if isinstance(rate, int | float) and rate > 0:
         return max(int(1e9 / rate), 1)
     return 1_000_000_000  # no rate to go by (a trace, stages): one second
+
+
+def sequential(p: Prepared) -> Sequential | None:
+    """The decision watch of a ``--duration auto`` run (None for a fixed length).
+
+    Raises BadInput where the run cannot be sequential: no steady open-loop rate, or
+    spread over several processes (each would see only its share)."""
+    if p.opts.duration != "auto":
+        return None
+    described = p.schedule.describe() if p.schedule is not None else {}
+    rate = described.get("rate_rps")
+    if not isinstance(rate, int | float) or not rate or described.get("profile"):
+        raise BadInput(
+            "--duration", "auto", "a fixed duration unless the run has one steady --rate"
+        )
+    if p.scaled_out:
+        raise BadInput("--duration", "auto", "a fixed duration with --workers or --ray")
+    assert p.horizon_ns is not None
+    looks = plan_looks(float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9, p.opts.confidence)
+    return Sequential(p.slos, (p.warmup_ns, p.horizon_ns), looks)
 
 
 def loss_watch(p: Prepared) -> LossWatch | None:

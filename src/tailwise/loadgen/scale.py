@@ -48,6 +48,7 @@ from tailwise.errors import BadInput
 from tailwise.loadgen import scale_merge as merge
 from tailwise.loadgen.conclude import (
     RunResult,
+    auto_warmup,
     client_info,
     run_info,
     write_outputs,
@@ -255,24 +256,25 @@ class Driver:
         if interrupted or self.stopped_early:  # the window ends where sending stopped
             end_ns = min(end_ns, max(self._stop_ns(), p.warmup_ns + 1))
         records.in_window = (records.scheduled_ns >= p.warmup_ns) & (records.scheduled_ns < end_ns)
+        start_ns, warmup = auto_warmup(p, records, (p.warmup_ns, end_ns))
         rows = write_jsonl(self.directory / "records.jsonl", records)
         notes = self._notes(records)
         info = run_info(
             p,
-            (p.warmup_ns, end_ns),
+            (start_ns, end_ns),
             interrupted=(interrupted or any(w.died for w in self.states), "; ".join(notes)),
             stopped_early=self.stopped_early,
             rows_on_disk=rows,
         )
         info.max_in_flight = sum(w.max_in_flight for w in self.states)
         section = self.workers_section(records)
-        info.extra = {"workers": section}
+        info.extra = {"workers": section, "warmup": warmup}
         if p.streaming:
             info.extra.update(next((w.final["tokens"] for w in self.states if w.final), {}))
         client_info(info, [w.final.get("client") if w.final else None for w in self.states])
         summary = summarize(records, info)
         write_outputs(
-            self.directory, records, summary, self.t0_unix_ns / 1e9, (p.warmup_ns, end_ns), info
+            self.directory, records, summary, self.t0_unix_ns / 1e9, (start_ns, end_ns), info
         )
         self.write_run_json(section)
         shutil.rmtree(self.directory / "workers", ignore_errors=True)

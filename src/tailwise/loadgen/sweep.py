@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput
-from tailwise.knee import Outcome, knee_rps
+from tailwise.knee import Outcome, knee_rps, steps_band
 from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
+from tailwise.metrics.verdict import point_passed, settled
 from tailwise.units import parse_rate_rps
 from tailwise.version import __version__
 
@@ -64,7 +65,8 @@ class Step:
 
     @property
     def passed(self) -> bool:
-        return bool(self.summary["verdict"] == "pass")
+        """On the point estimates (an inconclusive step whose SLOs all passed as measured)."""
+        return point_passed(self.summary)
 
 
 def step_row(step: Step) -> dict[str, Any]:
@@ -79,6 +81,7 @@ def step_row(step: Step) -> dict[str, Any]:
         **{k: s["rates"][k] for k in ("throughput_rps", "goodput_rps", "attainment", "error_rate")},
         "measured_offered_rps": s["rates"]["offered_rps"],
         "verdict": s["verdict"],
+        "decided": settled(s),
         "verdict_reason": s["verdict_reason"],
     }
     for dist in ("latency_ms", "ttft_ms", "tpot_ms"):
@@ -99,6 +102,7 @@ def sweep_json(steps: list[Step], target: Any, slos: list[str], note: str) -> di
         "slos": slos,
         "steps": [step_row(s) for s in steps],
         "knee_rps": knee_rps(steps),
+        "band_rps": list(band) if (band := steps_band(steps)) else None,
         "note": note,
     }
 
@@ -119,8 +123,11 @@ class Sweep:
     def run_step(self, rate_rps: float, index: int, total: int, users: int | None = None) -> Step:
         """One step: open loop at ``rate_rps``, or closed loop with ``users`` when given."""
         name = f"{users}users" if users else f"{rate_rps:g}rps"
+        sequential = self.base.duration in (None, "auto") and not users
         opts = dataclasses.replace(
             self.base,
+            duration="auto" if sequential else self.base.duration,
+            max_duration=self.base.max_duration or TRIAL_MAX_DURATION,
             rate=None if users else f"{rate_rps:g}/s",
             concurrency=users,
             out=str(self.out_dir / f"step-{index + 1:02d}-{name}"),
@@ -198,19 +205,36 @@ def _round_rate(rate: float) -> float:
     return round(rate, max(digits, 0))
 
 
+TRIAL_MAX_DURATION = "120s"  # the cap of a sequential knee trial or sweep step
+STEER_CONFIDENCE = 0.80  # a knee's steering trials: they choose the next rate, no more
+CONFIRM_MAX_DURATION = "300s"  # the cap of a knee's settling trial (full confidence)
+
+
 def knee_trial(
-    base: RunOptions, out_dir: Path, min_requests: int = 0, stop_early: bool = True
+    base: RunOptions,
+    out_dir: Path,
+    min_requests: int = 0,
+    stop_early: bool = True,
+    confidence: float = 0.95,
+    max_duration: str = TRIAL_MAX_DURATION,
+    prefix: str = "trial",
 ) -> Callable[[float], Any]:
     """A knee-search trial that runs one open-loop step per call, in ``out_dir/trial-NN-R``.
 
-    With ``min_requests``, a trial's window stretches to hold at least that many
-    requests at its rate: a p99 judged on 300 samples rests on 3 of them, and
-    near the knee that noise decides pass or fail. With ``stop_early``, a trial
-    stops sending once an SLO is certainly lost (:mod:`tailwise.loadgen.watch`).
+    Without a ``--duration``, each trial is sequential (``--duration auto``): it
+    runs until every SLO is decided at its confidence, or to ``--max-duration``
+    (120 s per trial by default), so a trial near the knee gets the samples it
+    needs and one far from it ends soon. With a fixed duration and
+    ``min_requests``, a trial's window stretches to hold at least that many
+    requests at its rate. With ``stop_early``, a trial stops sending once an SLO
+    is certainly lost (:mod:`tailwise.loadgen.watch`). A sequential trial decides at
+    ``confidence`` (a steering trial of the knee search uses less; only a trial at the
+    search's confidence is *firm*, see :mod:`tailwise.knee`).
     """
     from tailwise.units import parse_duration_ns
 
-    base_window_s = parse_duration_ns(base.duration or "10s", "--duration") / 1e9
+    sequential = base.duration in (None, "auto")
+    base_window_s = 0.0 if sequential else parse_duration_ns(str(base.duration), "--duration") / 1e9
 
     counter = iter(range(1, 10_000))
     tries: dict[float, int] = {}
@@ -224,9 +248,13 @@ def knee_trial(
             base,
             rate=f"{rate_rps:.6g}/s",
             seed=base.seed + tries[rate_rps],
-            duration=f"{max(base_window_s, min_requests / rate_rps):.3f}s",
+            duration="auto"
+            if sequential
+            else f"{max(base_window_s, min_requests / rate_rps):.3f}s",
+            max_duration=base.max_duration or max_duration,
+            confidence=confidence if sequential else base.confidence,
             stop_on_slo_loss=stop_early,
-            out=str(out_dir / f"trial-{n:02d}-{_round_rate(rate_rps):g}rps"),
+            out=str(out_dir / f"{prefix}-{n:02d}-{_round_rate(rate_rps):g}rps"),
             label=f"trial {n}: {rate_rps:.4g}/s",
         )
         prepared = prepare(opts)
@@ -236,6 +264,7 @@ def knee_trial(
         # goes on, counting it as a miss (the knee can only come out lower, never higher).
         flipped = s.get("verdict_cause") in GO_ON_CAUSES
         invalid = s["verdict_reason"] if s["verdict"] == "invalid" and not flipped else ""
+        point_pass, decided = point_passed(s), settled(s)
         detail = {
             "goodput_rps": s["rates"]["goodput_rps"],
             "throughput_rps": s["rates"]["throughput_rps"],
@@ -243,8 +272,17 @@ def knee_trial(
             "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
             "stopped_early": s.get("stopped_early"),
             "client_could_flip": flipped,
+            "within": [
+                {"spec": e["spec"], **{k: e["within"][k] for k in ("share", "n", "needed")}}
+                for e in s["slos"]
+                if e.get("within")
+            ],
+            "requests": s["requests"]["scheduled"],
+            "window_s": s["window"]["duration_s"],
+            "verdict_reason": s["verdict_reason"],
             "directory": str(result.directory),
         }
-        return Outcome(s["verdict"] == "pass", invalid, detail)
+        firm = not sequential or confidence >= base.confidence
+        return Outcome(point_pass, invalid, detail, decided, firm)
 
     return trial

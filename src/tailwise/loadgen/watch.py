@@ -1,4 +1,7 @@
-"""Stop a run once an SLO can no longer pass (used by knee trials to save time).
+"""Stop a run once an SLO can no longer pass, or once every SLO is decided.
+
+:class:`LossWatch` (knee trials, to save time) and :class:`Sequential`
+(``--duration auto``: a run that lasts until the sample decides, up to a cap).
 
 A latency or TTFT SLO with target ``t`` (a deadline at attainment ``t``, or a
 ``p(100t)`` objective) tolerates at most ``(1 - t) * N`` misses among the ``N``
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailwise.metrics.slo import SLO
+from tailwise.metrics.uncertainty import decide_within
 from tailwise.records import ABSENT, RecordBlock
 
 WATCHED_METRICS = ("latency", "e2e", "ttft")
@@ -107,3 +111,128 @@ def _columns(b: RecordBlock) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
         np.frombuffer(b.first_token_ns, dtype=np.int64, count=n),
         np.frombuffer(b.error, dtype=np.int16, count=n),
     )
+
+
+# -- sequential trials: stop once every SLO is decided ---------------------------------------
+
+FIRST_LOOK = 128  # window requests at the first look; each later look doubles the count
+OVERALL_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Looks:
+    """When a sequential run looks (window-request counts) and at what two-sided level.
+
+    A run that looks ``L`` times (the final summary counts as one) and stops at the
+    first decided look would, at 95% per look, decide wrongly more often than 5%.
+    Bonferroni's bound keeps the whole run at ``overall``: each look, and the final
+    summary, use ``1 - (1 - overall) / L``. Looks at doubling counts keep ``L`` small
+    (``log2`` of the cap over 128) while costing at most half the run's length."""
+
+    sizes: tuple[int, ...]
+    confidence: float
+    overall: float = OVERALL_CONFIDENCE
+
+    @property
+    def count(self) -> int:
+        return len(self.sizes) + 1
+
+
+def plan_looks(expected_cap: float, overall: float = OVERALL_CONFIDENCE) -> Looks:
+    """Looks at 128, 256, ... window requests below the cap's expected count."""
+    sizes: list[int] = []
+    n = FIRST_LOOK
+    while n < expected_cap:
+        sizes.append(n)
+        n *= 2
+    return Looks(tuple(sizes), 1.0 - (1.0 - overall) / (len(sizes) + 1), overall)
+
+
+@dataclass(frozen=True)
+class _Share:
+    spec: str
+    metric: str
+    threshold_ns: int
+    needed: float  # F(threshold) must reach this share
+
+
+class Sequential:
+    """Decide at each look whether every SLO is already settled (pass or fail).
+
+    Only latency, e2e and TTFT objectives (percentiles) and deadlines can be judged
+    while the run goes on; any other SLO keeps the run to its cap. At a look a request
+    still out counts as a miss for the pass test (it may end slower than the threshold)
+    and, unless already overdue, as a hit for the fail test: each side is decided only
+    when it holds whatever the outstanding requests do."""
+
+    def __init__(self, slos: list[SLO], window_ns: tuple[int, int], looks: Looks) -> None:
+        self.window_ns = window_ns
+        self.looks = looks
+        self.shares = [
+            _Share(s.spec, s.metric, int(s.threshold), t)
+            for s in slos
+            if (t := _target(s)) is not None and s.metric in WATCHED_METRICS
+        ]
+        self.judgeable = bool(slos) and len(self.shares) == len(slos)
+        self.next = 0  # index of the next look in looks.sizes
+        self.looked = 0
+
+    def look(self, blocks: list[RecordBlock], now_ns: int) -> str:
+        """Why the run is already decided ('' while it is not, or no look is due)."""
+        if not self.judgeable or self.next >= len(self.looks.sizes):
+            return ""
+        sched, done, first, err = _window_rows(blocks, self.window_ns, now_ns)
+        n = len(sched)
+        if n < self.looks.sizes[self.next]:
+            return ""
+        while self.next < len(self.looks.sizes) and self.looks.sizes[self.next] <= n:
+            self.next += 1
+        self.looked += 1
+        outcomes = []
+        for share in self.shares:
+            end = first if share.metric == "ttft" else done
+            d = _decide(share, sched, end, done, err, now_ns, self.looks.confidence)
+            if d == "inconclusive":
+                return ""
+            outcomes.append(f"{share.spec} {d}")
+        return f"decided after {n} requests (look {self.looked}): " + ", ".join(outcomes)
+
+
+def _window_rows(
+    blocks: list[RecordBlock], window_ns: tuple[int, int], now_ns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Columns of the rows scheduled in the window up to ``now_ns``, in scheduled order."""
+    cols = [_columns(b) for b in blocks if b.rows]
+    if not cols:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, np.zeros(0, dtype=np.int16)
+    sched, done, first, err = (np.concatenate(c) for c in zip(*cols, strict=True))
+    keep = (sched >= window_ns[0]) & (sched < window_ns[1]) & (sched <= now_ns)
+    sched, done, first, err = sched[keep], done[keep], first[keep], err[keep]
+    if len(sched) > 1 and not bool(np.all(sched[1:] >= sched[:-1])):
+        order = np.argsort(sched, kind="stable")
+        sched, done, first, err = sched[order], done[order], first[order], err[order]
+    return sched, done, first, err
+
+
+def _decide(
+    share: _Share,
+    sched: np.ndarray,
+    end: np.ndarray,
+    done: np.ndarray,
+    err: np.ndarray,
+    now_ns: int,
+    confidence: float,
+) -> str:
+    finished = (end != ABSENT) & (err == 0)
+    failed = (err != 0) & (done != ABSENT)
+    overdue = ~finished & (now_ns - sched > share.threshold_ns)
+    value = (end - sched).astype(np.float64)
+    as_miss = np.where(finished, value, math.inf)
+    as_hit = np.where(finished, value, np.where(failed | overdue, math.inf, 0.0))
+    t = float(share.threshold_ns)
+    if decide_within(as_miss, t, share.needed, confidence)[2] == "pass":
+        return "pass"
+    if decide_within(as_hit, t, share.needed, confidence)[2] == "fail":
+        return "fail"
+    return "inconclusive"

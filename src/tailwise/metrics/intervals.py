@@ -39,6 +39,7 @@ that order), one sort per distinct distribution and O(n) passes otherwise: on
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -52,12 +53,15 @@ from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import steady_state
 from tailwise.metrics.uncertainty import (
     CONFIDENCE,
+    MIN_BATCHES,
     Estimate,
+    decide_within,
     judge,
     mean_ci,
     proportion_ci,
     quantile_cis,
     rate_ci,
+    wilson_interval,
 )
 from tailwise.records import Records
 
@@ -65,7 +69,11 @@ __all__ = ["CI_KEYS", "annotate", "compose", "distribution_ci"]
 
 CI_KEYS = (*QUANTILES, "mean")
 NS_PER_MS = 1e6
-MAX_NOTE = "the maximum has no interval: a longer run can only raise it"
+RISING_NOTE = (
+    "latency still rising at the window's end (an overloaded queue): decided on that trend"
+)
+IMPLICIT_NOTE = "the default SLO (no --slo given) is judged on this sample only"
+MAX_NOTE = "the maximum has no interval: a longer run can only raise it; judged on this sample only"
 _DIST_VALUES = {  # distribution key -> per-row values (ok rows, -1 where absent)
     "latency_ms": derive.latency_ns,
     "service_ms": derive.service_ns,
@@ -112,14 +120,15 @@ class _Quantiles:
     In a simulation ``service`` equals ``latency``, and a ``p99(latency)`` SLO without
     failures is the latency distribution's p99; equal arrays are found by comparison."""
 
-    def __init__(self) -> None:
+    def __init__(self, confidence: float = CONFIDENCE) -> None:
+        self.confidence = confidence
         self.seen: list[tuple[np.ndarray, dict[float, Estimate]]] = []
 
     def __call__(self, x: np.ndarray, qs: Sequence[float]) -> list[Estimate]:
         for values, known in self.seen:
             if len(values) == len(x) and all(q in known for q in qs) and np.array_equal(values, x):
                 return [known[q] for q in qs]
-        estimates = quantile_cis(x, qs, CONFIDENCE)
+        estimates = quantile_cis(x, qs, self.confidence)
         self.seen.append((x, dict(zip(qs, estimates, strict=True))))
         return estimates
 
@@ -135,8 +144,9 @@ def distribution_ci(
     x = np.asarray(values, dtype=np.float64)
     if len(x) == 0:
         return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, "no values")}
-    estimates = (quantiles or _Quantiles())(x, [q / 100.0 for q in QUANTILES.values()])
-    estimates.append(mean_ci(x, CONFIDENCE))
+    quantiles = quantiles or _Quantiles()
+    estimates = quantiles(x, [q / 100.0 for q in QUANTILES.values()])
+    estimates.append(mean_ci(x, quantiles.confidence))
     ci: dict[str, Any] = {}
     notes: dict[str, str] = {}
     for key, e in zip(CI_KEYS, estimates, strict=True):
@@ -176,58 +186,92 @@ def _distributions(
         lag = derived(derive.send_lag_ns)[order.rows(window & (r.sent_ns >= 0))]
         s["send_lag_ms"].update(distribution_ci(lag, quantiles=quantiles))
     if s.get("itl_ms") is not None:
-        s["itl_ms"].update(distribution_ci(_itl_in_order(r, ok_rows)))
+        s["itl_ms"].update(
+            distribution_ci(_itl_in_order(r, ok_rows), quantiles=_Quantiles(quantiles.confidence))
+        )
 
 
 def _rate_estimates(
-    r: Records, window_ns: tuple[int, int], good: np.ndarray, window_rows: np.ndarray
+    r: Records,
+    window_ns: tuple[int, int],
+    good: np.ndarray,
+    window_rows: np.ndarray,
+    confidence: float = CONFIDENCE,
 ) -> dict[str, Estimate]:
     start, end = window_ns
     ok = r.error == 0
     return {
-        "throughput_rps": rate_ci(r.done_ns[ok], start, end, CONFIDENCE),
-        "goodput_rps": rate_ci(r.done_ns[good], start, end, CONFIDENCE),
-        "attainment": proportion_ci(good[window_rows], CONFIDENCE),
-        "error_rate": proportion_ci(~ok[window_rows], CONFIDENCE),
+        "throughput_rps": rate_ci(r.done_ns[ok], start, end, confidence),
+        "goodput_rps": rate_ci(r.done_ns[good], start, end, confidence),
+        "attainment": proportion_ci(good[window_rows], confidence),
+        "error_rate": proportion_ci(~ok[window_rows], confidence),
     }
 
 
 def _slo_estimate(
-    r: Records, slo: SLO, window_rows: np.ndarray, rates: dict[str, Estimate], memo: _Memo
+    r: Records,
+    slo: SLO,
+    window_rows: np.ndarray,
+    rates: dict[str, Estimate],
+    memo: _Memo,
+    within: dict[str, tuple[Estimate, float]],
 ) -> tuple[Estimate | None, str, str]:
     """``(estimate, decided, note)`` for one SLO, the estimate in the entry's unit (ms,
     share, rps); None where no interval exists (``max``), ``note`` saying why.
 
-    A percentile the sample cannot carry ("n too small") is judged once more on the
-    share of values within the threshold (``p_q <= T`` exactly when ``F(T) >= q``),
-    whose interval needs no tail: a p99 far above its threshold (its p50 already is)
-    then certainly fails. Only a fail is taken from it: a pass would rest on the tail
-    that the quantile's rule found too thin."""
+    A percentile objective and a deadline are both decided on the share of values
+    within the threshold (``p_q <= T`` exactly when ``F(T) >= q``;
+    :func:`~tailwise.metrics.uncertainty.threshold_share_ci`): that interval needs no
+    estimate of the tail beyond ``T``, so a p99 far above its threshold fails even when
+    the p99 itself is "n too small", and it allows for the latencies' memory, so a short
+    correlated run without an excursion is not taken for a pass. The entry's ``ci``
+    stays the interval of its value (the percentile, in ms)."""
     if slo.kind == "rate":
         key = {"goodput": "goodput_rps", "throughput": "throughput_rps"}.get(slo.stat, slo.stat)
         e = rates[key]
         return e, judge(e, slo.threshold, "<=" if slo.stat == "error_rate" else ">="), ""
     derived, quantiles = memo
     v = derived(METRICS[slo.metric])[window_rows]
-    if slo.kind == "deadline":
-        e = proportion_ci((r.error[window_rows] == 0) & (v >= 0) & (v <= slo.threshold))
-        return e, judge(e, slo.target, ">="), ""
     x = v.astype(np.float64)
-    x[x < 0] = math.inf  # failures count as infinitely slow, as evaluate() does
-    if slo.stat in ("max", "p100"):  # the sample can show a failure, never a pass
-        return None, "fail" if x.max() > slo.threshold else "inconclusive", MAX_NOTE
+    x[(v < 0) | (r.error[window_rows] != 0)] = math.inf  # failures: infinitely slow
+    if slo.kind == "deadline":
+        e, _, decided = decide_within(x, slo.threshold, slo.target, quantiles.confidence)
+        if decided == "inconclusive" and _overloaded(x, slo.threshold, slo.target):
+            return e, "fail", RISING_NOTE
+        return e, decided, e.reason
+    if slo.stat in ("max", "p100"):  # a claim about this sample only: see MAX_NOTE
+        return None, "fail" if x.max() > slo.threshold else "pass", MAX_NOTE
     if slo.stat == "mean":
         if not np.isfinite(x).all():
             inf = Estimate(math.inf, math.inf, math.inf, True, n=len(x))
             return inf, "fail", "unbounded: failed or unsent requests count as infinitely slow"
-        e = mean_ci(x, CONFIDENCE)
+        e = mean_ci(x, quantiles.confidence)
         return _in_ms(e), judge(e, slo.threshold, "<="), e.reason
     q = float(slo.stat[1:]) / 100.0
     (e,) = quantiles(x, [q])
-    decided = judge(e, slo.threshold, "<=")
-    if not e.supported and judge(proportion_ci(x <= slo.threshold), q, ">=") == "fail":
-        decided = "fail"
-    return _in_ms(e), decided, e.reason
+    share, _, decided = decide_within(x, slo.threshold, q, quantiles.confidence)
+    within[slo.spec] = (share, q)
+    if decided == "inconclusive" and _overloaded(x, slo.threshold, q):
+        return _in_ms(e), "fail", RISING_NOTE
+    return _in_ms(e), decided, e.reason or share.reason
+
+
+def _overloaded(x: np.ndarray, threshold: float, needed: float) -> bool:
+    """A queue that is still filling: the medians of the window's four quarters rise
+    one after another, the last over twice the first, and the last quarter misses the
+    share needed (on Wilson's bound too). Its memory defeats every interval, yet it can
+    only get worse: the failure is shown. (A cold start that fades falls instead; a
+    stationary queue's excursion rarely climbs through all four quarters.)"""
+    n = len(x)
+    if n < 4 * MIN_BATCHES:
+        return False
+    finite = x[np.isfinite(x)]
+    capped = np.minimum(x, finite.max() if len(finite) else threshold)
+    quarter = n // 4
+    medians = [float(np.median(capped[k * quarter : (k + 1) * quarter])) for k in range(4)]
+    rising = all(a < b for a, b in itertools.pairwise(medians)) and medians[3] > 2 * medians[0]
+    good = int((x[-quarter:] <= threshold).sum())
+    return rising and wilson_interval(good, quarter)[1] < needed
 
 
 def _in_ms(e: Estimate) -> Estimate:
@@ -249,11 +293,26 @@ def _slos(
         if len(window_rows) == 0:
             entry.update(ci=None, decided="inconclusive", ci_note="no request in the window")
             continue
-        e, decided, note = _slo_estimate(r, slo, window_rows, rates, memo)
+        within: dict[str, tuple[Estimate, float]] = {}
+        e, decided, note = _slo_estimate(r, slo, window_rows, rates, memo, within)
         entry["ci"] = _pair(e) if e is not None else None
         entry["decided"] = decided
+        if slo.implicit:  # no claim was asked for: the default sanity check is the sample's
+            entry["decided"] = "pass" if entry["passed"] else "fail"
+            note = IMPLICIT_NOTE
         if note:
             entry["ci_note"] = note
+        if slo.kind == "deadline" and e is not None:
+            within[slo.spec] = (e, slo.target)
+        if slo.spec in within:
+            share, needed = within[slo.spec]
+            entry["within"] = {
+                "share": share.value,
+                "ci": _pair(share),
+                "needed": needed,
+                "n": share.n,
+                "threshold_ms": slo.threshold / NS_PER_MS,
+            }
 
 
 def compose(decisions: Iterable[str]) -> str:
@@ -274,6 +333,7 @@ def annotate(
     window_ns: tuple[int, int],
     slos: list[SLO],
     good: np.ndarray,
+    confidence: float = CONFIDENCE,
 ) -> None:
     """Add the keys of the module docstring to summary ``s`` (in place).
 
@@ -282,10 +342,10 @@ def annotate(
     order = _Order(r.scheduled_ns)
     window = np.asarray(r.in_window, dtype=bool)
     window_rows = order.rows(window)
-    memo = (_Derived(r), _Quantiles())
-    s["confidence"] = CONFIDENCE
+    memo = (_Derived(r), _Quantiles(confidence))
+    s["confidence"] = confidence
     _distributions(s, r, order, window, memo)
-    rates = _rate_estimates(r, window_ns, good, window_rows)
+    rates = _rate_estimates(r, window_ns, good, window_rows, confidence)
     s["rates"]["ci"] = {k: _pair(e) for k, e in rates.items()}
     _slos(s["slos"], slos, r, window_rows, rates, memo)
     s["decided"] = compose(e["decided"] for e in s["slos"])

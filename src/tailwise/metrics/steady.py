@@ -120,3 +120,24 @@ def real_shift(x: np.ndarray, cut: int) -> bool:
 def mser5(values: np.ndarray) -> int:
     """The MSER-5 truncation index: drop ``values[:index]`` (see :func:`steady_state`)."""
     return steady_state(values).truncate
+
+
+def auto_start_ns(
+    scheduled_ns: np.ndarray, latency_ns: np.ndarray, ok: np.ndarray, window_ns: tuple[int, int]
+) -> tuple[int, int]:
+    """``--warmup auto``: ``(start_ns, cut)``, where the window starts once MSER-5's
+    transient is cut, and how many successful requests that drops.
+
+    The series is the latency of the window's successful requests in scheduled order.
+    Only a cut that MSER-5 makes inside the first half *and* that its guard confirms
+    (:func:`steady_state`) moves the start; a window that never reached steady state
+    keeps its start (cutting half of a drifting run leaves it drifting) and the summary
+    says so."""
+    s = np.asarray(scheduled_ns)
+    rows = np.flatnonzero((s >= window_ns[0]) & (s < window_ns[1]) & np.asarray(ok, dtype=bool))
+    if len(rows) > 1 and not bool(np.all(s[rows][1:] >= s[rows][:-1])):
+        rows = rows[np.argsort(s[rows], kind="stable")]
+    st = steady_state(np.asarray(latency_ns)[rows])
+    if not st.steady or st.truncate == 0:
+        return window_ns[0], 0
+    return int(s[rows[st.truncate]]), st.truncate

@@ -58,6 +58,10 @@ class RunInfo:
     stopped_early: str = ""  # the run stopped because an SLO was certainly lost
     rows_on_disk: int | None = None  # rows the records writer reported, when there is one
     llm: bool = False
+    # Two-sided level of every interval; a sequential run lowers each look's error
+    # (see tailwise.loadgen.watch.Sequential) and says so in ``sequential``.
+    confidence: float = 0.95
+    sequential: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     client_lag: ClientLag | None = None  # the load generator's receive-lag probe
     client_load: dict[str, Any] | None = None  # cpu_s, cpu_share, load_avg_1m, cores
@@ -242,19 +246,6 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
     client = _client(r, info)
     slos = evaluate(r, info.slos, rates, window)
     judged = _judge_bounds(r, info, slos, window)
-    v = decide(
-        preliminary=_preliminary(info, requests),
-        requests=requests,
-        rates=rates,
-        client=client,
-        judged=judged,
-        open_loop=info.mode == "open",
-        stopped_early=info.stopped_early,
-        connect_failures=info.connect_failures,
-        window_s=t_s,
-    )
-    client["saturated"] = v.cause in CLIENT_CAUSES
-    client["reason"] = v.reason if client["saturated"] else ""
     sent_window = window & (r.sent_ns >= 0)
     summary: dict[str, Any] = {
         "schema": SCHEMA,
@@ -275,10 +266,10 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
         "tokens": None,
         "littles_law": littles_law(r, start, end),
         "slos": slos,
-        "verdict": v.verdict,
-        "verdict_reason": v.reason,
-        "verdict_cause": v.cause or None,
-        "verdict_hint": v.hint or None,
+        "verdict": None,  # set below, once the intervals say what the sample decides
+        "verdict_reason": None,
+        "verdict_cause": None,
+        "verdict_hint": None,
         "interrupted": info.interrupted,
         "stopped_early": info.stopped_early or None,
         "generator": client,
@@ -293,7 +284,31 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
             "closed-loop: each user waits for its response before sending again, so a slow "
             "server slows the load; latencies hide coordinated omission. Compare, don't certify."
         )
-    annotate(summary, r, info.window_ns, info.slos, good)
+    annotate(summary, r, info.window_ns, info.slos, good, info.confidence)
+    if info.sequential is not None:
+        summary["sequential"] = info.sequential
+    v = decide(
+        preliminary=_preliminary(info, requests),
+        requests=requests,
+        rates=rates,
+        client=client,
+        judged=judged,
+        open_loop=info.mode == "open",
+        stopped_early=info.stopped_early,
+        connect_failures=info.connect_failures,
+        window_s=t_s,
+        decided=[e.get("decided", "inconclusive") for e in slos],
+        entries=slos,
+        confidence=info.confidence,
+    )
+    client["saturated"] = v.cause in CLIENT_CAUSES
+    client["reason"] = v.reason if client["saturated"] else ""
+    summary.update(
+        verdict=v.verdict,
+        verdict_reason=v.reason,
+        verdict_cause=v.cause or None,
+        verdict_hint=v.hint or None,
+    )
     summary.update(info.extra)
     clean: dict[str, Any] = _finite(summary)
     return clean

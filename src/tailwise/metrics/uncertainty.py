@@ -353,6 +353,121 @@ def proportion_ci(
     return Estimate(value, lo, hi, True, "", confidence, n, b.count)
 
 
+def value_inflation(values: np.ndarray) -> tuple[float, Batching]:
+    """How much the series' autocorrelation inflates the variance of its mean, ``f >= 1``,
+    from batch means of the (finite) values, and the batching it rests on.
+
+    A tail indicator (``x <= t``) inherits its memory from the latencies: in an M/M/1
+    queue at 56-80% load the inflation of ``mean(x <= t)`` measured over 150 replications
+    matched this estimate within its noise (11.2 vs 11.5, 23.3 vs 19.1, 56.5 vs 57.1),
+    where ranks or logs understated it by 40-50%. It matters most when *no* value lies
+    beyond ``t``: the indicator is then constant and says nothing of its own memory, and a
+    run that held no excursion (common in a short, correlated run) would look certain.
+    Infinite values (failures) count as the largest finite one."""
+    x = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(x)
+    if not finite.all():
+        x = np.where(finite, x, x[finite].max() if finite.any() else 0.0)
+    b = batch_means(x)
+    var = float(x.var())
+    if var <= 0 or not b.independent:
+        return 1.0, b
+    return max(1.0, len(x) * b.variance_of_mean() / var), b
+
+
+def _wilson_effective(share: float, n_eff: float, confidence: float) -> tuple[float, float]:
+    """Wilson's score interval for a share observed over ``n_eff`` effective trials."""
+    z = normal_quantile(_two_sided(confidence))
+    scale = 1.0 + z * z / n_eff
+    centre = (share + z * z / (2 * n_eff)) / scale
+    half = z / scale * math.sqrt(share * (1 - share) / n_eff + z * z / (4 * n_eff * n_eff))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def threshold_share_ci(
+    values: np.ndarray,
+    threshold: float,
+    confidence: float = CONFIDENCE,
+    order: np.ndarray | None = None,
+) -> Estimate:
+    """``F(t)``: the share of time-ordered ``values`` at or below ``threshold``.
+
+    The test behind a percentile or attainment verdict (``p_q <= t`` exactly when
+    ``F(t) >= q``). Wilson's interval over ``n / f`` effective trials, ``f`` the larger
+    of the indicator's own inflation (batch means, when it varies) and the values'
+    (:func:`value_inflation`), widened to the indicator's batch-means interval. Unsupported
+    with fewer than 20 values or when either batching stays correlated at 10 batches.
+
+    Validation (M/M/1, mean service 20 ms, ``p99 <= 300 ms``, knee 34.65/s, 30 runs per
+    cell, 1,000-16,000 requests): no run decided pass at 36/s or above, none decided fail
+    at 33/s or below; the plain indicator with Wilson's iid interval passed 4 runs in 20
+    at 40/s (true p99 461 ms) from 1,000 requests that happened to hold no excursion.
+    """
+    x = in_time_order(values, order)
+    n = len(x)
+    good = x <= threshold
+    k = int(good.sum())
+    value = k / n if n else math.nan
+    if n < 2 * MIN_BATCHES:
+        if n == 0:
+            return _unsupported(value, n, "no values", confidence)
+        # Too few values to measure their memory: Wilson's iid bound may show a failure
+        # (k of n far below the share needed), never a pass (the lower end is 0).
+        hi = wilson_interval(k, n, confidence)[1]
+        why = f"{n} values: only a failure can be shown"
+        return Estimate(value, 0.0, hi, True, why, confidence, n)
+    inflation, b = value_inflation(x)
+    if not b.independent:
+        return _drifting(good, value, n, _not_independent(b), confidence)
+    reach = (0.0, 0.0)
+    if 0 < k < n:
+        bi = batch_means(good)
+        if not bi.independent:
+            return _drifting(good, value, n, _not_independent(bi), confidence)
+        inflation = max(inflation, n * bi.variance_of_mean() / (value * (1.0 - value)))
+        reach = _batched_reach(bi, confidence)
+    lo, hi = _wilson_effective(value, n / inflation, confidence)
+    lo, hi = min(lo, max(0.0, value - reach[0])), max(hi, min(1.0, value + reach[1]))
+    return Estimate(value, lo, hi, True, "", confidence, n, b.count)
+
+
+def _drifting(good: np.ndarray, value: float, n: int, why: str, confidence: float) -> Estimate:
+    """The share's bound when its series stays correlated at 10 batches (an overloaded
+    queue whose latency keeps growing, a run shorter than the system's memory).
+
+    No interval holds then, but a failure can still be shown: if even the best tenth of
+    the run (and Wilson's iid bound on the whole) stays under the share needed, no
+    amount of memory makes the run a pass. The lower end is 0: a pass is never shown."""
+    tenths = good[len(good) % MIN_BATCHES :].reshape(MIN_BATCHES, -1).mean(axis=1)
+    hi = max(float(tenths.max()), wilson_interval(int(good.sum()), n, confidence)[1])
+    return Estimate(value, 0.0, hi, True, f"{why}: only a failure can be shown", confidence, n)
+
+
+def decide_within(
+    values: np.ndarray, threshold: float, q: float, confidence: float = CONFIDENCE
+) -> tuple[Estimate, Estimate, Verdict]:
+    """Is ``p_q <= threshold``? ``(share, quantile, verdict)`` for time-ordered values.
+
+    Two tests of one hypothesis (``p_q <= t`` exactly when ``F(t) >= q``): the share
+    within the threshold (:func:`threshold_share_ci`, which allows for the latencies'
+    memory even when no value lies beyond ``t``) and the quantile's own interval
+    (:func:`quantile_ci`, whose batches see the memory of the tail at ``p_q``). Each is
+    conservative where the other is not: a queue that held no excursion in a short run
+    looks certain to the quantile's tail but not to the share; a fast service whose
+    millisecond jitter comes in bursts looks uncertain to the share's value-memory
+    floor but not to a p99 whose interval sits far under a 500 ms threshold. The
+    verdict is what either decides (they never decide opposite ways in the
+    validation: M/M/1 at 30-40/s against ``p99 <= 300 ms``, 40 runs of 1,000-16,000
+    requests per cell: no pass at 36/s or above, no fail at 33/s or below)."""
+    share = threshold_share_ci(values, threshold, confidence)
+    quantile = quantile_ci(values, q, confidence)
+    votes = {judge(share, q, ">="), judge(quantile, threshold, "<=")}
+    if votes == {"pass", "fail"}:
+        return share, quantile, "inconclusive"
+    verdict: Verdict = "pass" if "pass" in votes else "fail" if "fail" in votes else "inconclusive"
+    return share, quantile, verdict
+
+
 def rate_ci(
     times_ns: np.ndarray, start_ns: int, end_ns: int, confidence: float = CONFIDENCE
 ) -> Estimate:

@@ -12,17 +12,25 @@ The rule (DESIGN invariant 3), in the order applied:
 4. **invalid, client over ``--max-send-lag``**: only when the user set that
    bound explicitly (there is no default bound).
 5. **fail**: the run stopped early on a certainly lost SLO, or an SLO failed on
-   the server's *lower* bound (:mod:`tailwise.metrics.client`): whatever the
-   client's lag, the server missed it.
+   the server's *lower* bound (:mod:`tailwise.metrics.client`) and its interval
+   decides the failure (:mod:`tailwise.metrics.intervals`): whatever the
+   client's lag and the sample's noise, the server missed it.
 6. **invalid, client lag could flip**: an SLO passes on the server's lower
-   bound but fails on its upper bound: the client's own lateness (send lag,
-   receive lag) is large enough to decide it. The reason names the SLO, both
-   values, the client's lag, its CPU use and the machine's load.
+   bound but fails on its upper bound, and its interval decides it: the
+   client's own lateness (send lag, receive lag) is large enough to decide it.
+   (When the interval cannot decide it either, the run is inconclusive, rule 8.)
+   The reason names the SLO, both values, the client's lag, its CPU use and the
+   machine's load.
 7. **invalid, load fell short**: every SLO passed, but the load that reached
    the server fell short of the plan (achieved send rate under 99% of offered,
    in open loop): a pass at less load than planned proves nothing. A failure at
    less load than planned stands (rule 5), as more load can only make it worse.
-8. **pass**.
+8. **inconclusive** (exit 5): no SLO certainly failed, but the sample cannot
+   decide one of them at the summary's confidence: its interval straddles the
+   threshold, or the sample is too small ("n too small") or too correlated to
+   carry one. The reason names the first such SLO, the share of requests within
+   its threshold and that share's interval beside the share needed.
+9. **pass**: every SLO decided pass.
 """
 
 from __future__ import annotations
@@ -61,6 +69,30 @@ class Verdict:
     reason: str
     cause: str = ""  # why a run is invalid: client, target_unreachable, load_short, ...
     hint: str = ""
+
+
+def point_passed(summary: dict[str, Any]) -> bool:
+    """Whether the run passed on its point estimates: a pass, or an inconclusive run
+    whose every SLO passed as measured. Steers a knee search or names a sweep's knee."""
+    verdict = summary["verdict"]
+    return bool(
+        verdict == "pass"
+        or (verdict == "inconclusive" and all(e["passed"] for e in summary.get("slos", [])))
+    )
+
+
+def settled(summary: dict[str, Any]) -> str:
+    """What the sample decides about the whole run: pass, fail or inconclusive.
+
+    A fail needs the intervals' decision too: a run stopped early on a loss that its
+    planned sample could not recover fails, but is *shown* to fail only when its
+    intervals say so."""
+    verdict = summary["verdict"]
+    if verdict == "pass":
+        return "pass"
+    if verdict == "fail" and summary.get("decided", "fail") == "fail":
+        return "fail"
+    return "inconclusive"
 
 
 def exit_code(summary: dict[str, Any]) -> int:
@@ -200,6 +232,41 @@ def _short_of_plan(rates: dict[str, float], window_s: float) -> bool:
     return rates["achieved_send_rps"] < SHORT_SEND_SHARE * rates["offered_rps"] and missing > 2
 
 
+def _undecided(
+    judged: list[Judged], decided: list[str], entries: list[dict[str, Any]], confidence: float
+) -> Verdict | None:
+    """Inconclusive when some SLO's interval cannot decide it (see the module docstring)."""
+    for j, d, entry in zip(judged, decided, entries, strict=False):
+        if d == "pass":
+            continue
+        return Verdict(
+            "inconclusive",
+            f"{j.spec} undecided: {_evidence_text(entry, confidence)}",
+            "undecided",
+            "measure longer (--duration auto extends the run until it is decided), or "
+            "accept the interval: the sample cannot say pass or fail at this confidence",
+        )
+    return None
+
+
+def _evidence_text(entry: dict[str, Any], confidence: float) -> str:
+    """What the decision rested on: the share within the threshold, or the value's interval."""
+    within = entry.get("within")
+    if within and within.get("ci"):
+        lo, hi = within["ci"]
+        return (
+            f"{100 * within['share']:.2f}% within {within['threshold_ms']:.4g} ms,"
+            f" {100 * confidence:g}% interval {100 * lo:.2f}-{100 * hi:.2f}% around the "
+            f"{100 * within['needed']:.4g}% needed (n={within['n']})"
+        )
+    note = entry.get("ci_note") or ""
+    ci = entry.get("ci")
+    if ci and ci[0] is not None and ci[1] is not None:
+        level = f"{100 * confidence:g}%"
+        return f"measured {_value_text(entry)}, {level} interval {ci[0]:.4g}-{ci[1]:.4g}"
+    return f"measured {_value_text(entry)}" + (f"; {note}" if note else "")
+
+
 def decide(
     *,
     preliminary: Verdict | None,
@@ -211,8 +278,17 @@ def decide(
     stopped_early: str,
     connect_failures: dict[str, int],
     window_s: float = float("inf"),
+    decided: list[str] | None = None,
+    entries: list[dict[str, Any]] | None = None,
+    confidence: float = 0.95,
 ) -> Verdict:
-    """Apply the rule of this module's docstring, in order."""
+    """Apply the rule of this module's docstring, in order.
+
+    ``decided`` holds what each SLO's interval decides (pass, fail, inconclusive),
+    ``entries`` the summary's SLO entries, both in ``judged``'s order; without them
+    every point result counts as decided (the two-valued rule)."""
+    if decided is None:
+        decided = ["fail" if j.certain_fail else "pass" for j in judged]
     for check in (
         preliminary,
         _unreachable(requests, connect_failures),
@@ -228,17 +304,28 @@ def decide(
             "client",
             "the bound is yours: raise it, or spread the load with --workers N",
         )
-    certain = any(j.certain_fail for j in judged)
-    if stopped_early and not certain and any(j.flippable for j in judged):
+    certain = any(j.certain_fail and d == "fail" for j, d in zip(judged, decided, strict=True))
+    if (
+        stopped_early
+        and not any(j.certain_fail for j in judged)
+        and any(j.flippable for j in judged)
+    ):
         # The watch counted misses as measured, the client's lag included: when the
         # window it left passes on the server's lower bound, the client may have lost it.
         return _flipped(judged, client)
     if stopped_early:
         return Verdict("fail", f"SLO lost, stopped early: {stopped_early}")
     if certain:
-        return _failed(judged, requests)
-    if any(j.flippable for j in judged):
-        return _flipped(judged, client)
+        return _failed([j for j, d in zip(judged, decided, strict=True) if d == "fail"], requests)
+    # A flip the sample could not decide anyway is the sample's to report (below): even a
+    # perfect client would leave it undecided.
+    if any(j.flippable and d != "inconclusive" for j, d in zip(judged, decided, strict=True)):
+        return _flipped(
+            [j for j, d in zip(judged, decided, strict=True) if d != "inconclusive"], client
+        )
     if open_loop and _short_of_plan(rates, window_s):
         return _short(rates, client)
+    undecided = _undecided(judged, decided, entries or [{} for _ in judged], confidence)
+    if undecided is not None:
+        return undecided
     return Verdict("pass", f"all {len(judged)} SLOs met" if judged else "no SLO given")

@@ -161,8 +161,9 @@ def _checks(s: dict[str, Any]) -> Text:
                 "yellow",
             )
     for slo in s["slos"]:
-        ok = slo["passed"]
-        t.append("\n" + ("✓ " if ok else "✗ "), "green" if ok else "red")
+        decided = slo.get("decided", "pass" if slo["passed"] else "fail")
+        mark, style = _MARKS[decided]
+        t.append("\n" + mark, style)
         value = slo.get("value")
         if slo["kind"] == "deadline":
             shown = f"attainment {100 * slo['attainment']:.2f}% (target {100 * slo['target']:g}%)"
@@ -183,6 +184,9 @@ def _checks(s: dict[str, Any]) -> Text:
                 f"  server's share {_bound_text(slo, bound['lower'])}: the client decides", "yellow"
             )
     return t
+
+
+_MARKS = {"pass": ("✓ ", "green"), "fail": ("✗ ", "red"), "inconclusive": ("? ", "magenta")}
 
 
 def _steady_line(t: Text, st: dict[str, Any] | None) -> None:
@@ -211,7 +215,14 @@ def _slo_interval(t: Text, slo: dict[str, Any], confidence: float, used: int) ->
     else:
         shown = f"{level} {_slo_span(slo, ci)}"
     inconclusive = slo["decided"] == "inconclusive"
-    note = f"({shown}: the sample cannot decide)" if inconclusive else shown
+    within = slo.get("within") or {}
+    if inconclusive and within.get("ci"):
+        lo, hi = within["ci"]
+        shown = (
+            f"{100 * within['share']:.2f}% ≤ {within['threshold_ms']:.4g}ms, {level} "
+            f"{100 * lo:.2f}-{100 * hi:.2f}%, need {100 * within['needed']:.4g}%"
+        )
+    note = f"({shown}: cannot decide)" if inconclusive else shown
     gap = "  " if used + 2 + len(note) <= 80 else "\n" + " " * 31
     t.append(gap + note, "magenta" if inconclusive else "dim")
 

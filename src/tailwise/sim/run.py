@@ -22,8 +22,11 @@ import numpy as np
 from tailwise.arrivals import parse_schedule
 from tailwise.distributions import Distribution, parse_distribution
 from tailwise.errors import BadInput
+from tailwise.metrics import derive
 from tailwise.metrics.slo import SLO, parse_slo
+from tailwise.metrics.steady import auto_start_ns
 from tailwise.metrics.summary import RunInfo, summarize
+from tailwise.metrics.verdict import point_passed, settled
 from tailwise.records import INT_COLUMNS, Records, error_code, format_rows
 from tailwise.sim.fast import (
     fcfs_servers,
@@ -60,7 +63,7 @@ class SimRun:
 
 def _arrivals(sc: Scenario) -> tuple[np.ndarray, tuple[int, int]]:
     a = sc.arrival
-    warmup_ns = parse_duration_ns(a.warmup, "scenario.arrival.warmup")
+    warmup_ns = 0 if a.warmup == "auto" else parse_duration_ns(a.warmup, "scenario.arrival.warmup")
     horizon = None
     if a.window() is not None:
         horizon = warmup_ns + parse_duration_ns(a.duration or "", "scenario.arrival.duration")
@@ -223,9 +226,21 @@ def simulate(sc: Scenario) -> SimRun:
         outcome = _delayed(outcome, parse_distribution(sc.delay, "scenario.delay"), sc.arrival.seed)
     wall_s = time.perf_counter() - started
     records = to_records(arrivals, outcome, window, window[1])
+    window = _auto_warmup(sc, records, window)
     summary = summarize(records, _run_info(sc, window, slos, llm=False))
     summary["sim"] = _sim_section(result, len(arrivals), wall_s, spec)
     return SimRun(summary, records, result)
+
+
+def _auto_warmup(sc: Scenario, records: Records, window: tuple[int, int]) -> tuple[int, int]:
+    """``arrival.warmup: auto``: start the window past MSER-5's transient, as a measured
+    run does (:func:`tailwise.metrics.steady.auto_start_ns`); sets ``in_window``."""
+    if sc.arrival.warmup != "auto":
+        return window
+    ok = records.error == 0
+    start, _ = auto_start_ns(records.scheduled_ns, derive.latency_ns(records), ok, window)
+    records.in_window = (records.scheduled_ns >= start) & (records.scheduled_ns < window[1])
+    return start, window[1]
 
 
 def _delayed(outcome: Any, delay: Distribution, seed: int) -> Any:
@@ -289,6 +304,7 @@ def _simulate_llm(sc: Scenario) -> SimRun:
         res = _delayed_llm(res, parse_distribution(sc.delay, "scenario.delay"), sc.arrival.seed)
     wall_s = time.perf_counter() - started
     records = llm_records(arrivals, res, prompt, output, window)
+    window = _auto_warmup(sc, records, window)
     summary = summarize(records, _run_info(sc, window, slos, llm=True))
     n = len(arrivals)
     preempted = res.preempted if res.preempted is not None else np.zeros(0, np.int64)
@@ -388,12 +404,17 @@ def sim_trial(
             "goodput_rps": s["rates"]["goodput_rps"],
             "throughput_rps": s["rates"]["throughput_rps"],
             "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
+            "within": [
+                {"spec": e["spec"], **{k: e["within"][k] for k in ("share", "n", "needed")}}
+                for e in s["slos"]
+                if e.get("within")
+            ],
         }
         if out_dir is not None:
             where = out_dir / f"trial-{n:02d}-{rate_rps:.4g}rps"
             write_run(where, run, sc)
             detail["directory"] = str(where)
         invalid = s["verdict_reason"] if s["verdict"] == "invalid" else ""
-        return Outcome(s["verdict"] == "pass", invalid, detail)
+        return Outcome(point_passed(s), invalid, detail, settled(s))
 
     return trial

@@ -68,7 +68,7 @@ class ArrivalModel(_Strict):
     rate: str | None = None
     duration: str | None = "60s"
     requests: int | None = Field(default=None, ge=1)
-    warmup: str = "0s"
+    warmup: str = "auto"  # MSER-5's transient (tailwise.metrics.steady), or a duration
     seed: int = 0
 
     def window(self) -> str | None:
@@ -81,7 +81,8 @@ class ArrivalModel(_Strict):
     @model_validator(mode="after")
     def _schedule(self) -> ArrivalModel:
         """Build the schedule once, so a bad process or rate names its scenario field."""
-        parse_duration_ns(self.warmup, "scenario.arrival.warmup")
+        if self.warmup != "auto":
+            parse_duration_ns(self.warmup, "scenario.arrival.warmup")
         horizon = None
         if self.window() is not None:
             horizon = parse_duration_ns(self.duration or "", "scenario.arrival.duration")

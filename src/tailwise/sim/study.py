@@ -37,6 +37,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from tailwise.errors import BadInput
+from tailwise.metrics.verdict import EXIT_CODES, point_passed
 from tailwise.sim.run import simulate
 from tailwise.sim.scenario import Scenario, parse_scenario, system_spec
 from tailwise.version import __version__
@@ -136,7 +137,7 @@ def _stat(values: list[float | None]) -> dict[str, Any]:
     return out
 
 
-_WORST = ("invalid", "fail", "pass")
+_WORST = ("invalid", "fail", "inconclusive", "pass")
 
 
 def _aggregate(seeds: list[int], summaries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -148,7 +149,12 @@ def _aggregate(seeds: list[int], summaries: list[dict[str, Any]]) -> dict[str, A
         "verdicts": {v: verdicts.count(v) for v in reversed(_WORST) if v in verdicts},
         "metrics": {k: _stat([row.get(k) for row in rows]) for k in names},
         "runs": [
-            {"seed": seed, "verdict": s["verdict"], "verdict_reason": s["verdict_reason"]}
+            {
+                "seed": seed,
+                "verdict": s["verdict"],
+                "passed_as_measured": point_passed(s),
+                "verdict_reason": s["verdict_reason"],
+            }
             for seed, s in zip(seeds, summaries, strict=True)
         ],
     }
@@ -330,5 +336,6 @@ def vary(
 
 
 def exit_code(doc: dict[str, Any]) -> int:
-    """As a single run: 0 every run passed, 1 an SLO failed somewhere, 3 a run was invalid."""
-    return {"pass": 0, "fail": 1, "invalid": 3}[doc["verdict"]]
+    """As a single run: 0 every run passed, 1 an SLO failed somewhere, 3 a run was invalid,
+    5 no run failed but some could not decide."""
+    return EXIT_CODES[doc["verdict"]]

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tailwise.errors import BadInput
-from tailwise.knee import KneeResult, KneeSearch
+from tailwise.knee import KneeResult, KneeSearch, band
 from tailwise.metrics.slo import parse_slo
 from tailwise.plan.schema import Plan
 from tailwise.sim.run import sim_trial
@@ -132,12 +132,14 @@ class Check:
 
     @property
     def passed(self) -> bool:
-        return bool(self.doc["verdict"] == "pass")
+        """Every replication passed as measured: the replications are the uncertainty here
+        (their mean and Student-t interval), so one run need not decide on its own."""
+        return all(r["passed_as_measured"] for r in self.doc["runs"])
 
     def row(self, kind: str) -> dict[str, Any]:
         m = self.doc["metrics"]
         runs = self.doc["runs"]
-        ok = sum(1 for r in runs if r["verdict"] == "pass")
+        ok = sum(1 for r in runs if r["passed_as_measured"])
         out: dict[str, Any] = {"replicas": self.replicas, "passed": f"{ok}/{len(runs)}"}
         names = ["ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms"] if kind == "llm" else []
         names = names or ["latency_p50_ms", "latency_p99_ms"]
@@ -237,9 +239,10 @@ def _fleet_knee(
 ) -> tuple[float | None, tuple[str, ...]]:
     """The fleet's knee, held to n x one replica's band where the router cannot beat it."""
     found = fleet.knee_rps
-    if one.band_rps is None or found is None or sc.routing != "random":
+    one_band = band(one.trials)[1]  # on point estimates: the lowest rate that failed
+    if one_band is None or found is None or sc.routing != "random":
         return found, ()
-    bound = n * one.band_rps[1]
+    bound = n * one_band[1]
     if found <= bound:
         return found, ()
     # Every tested rate up to `found` passed, so the highest one under the bound did too.

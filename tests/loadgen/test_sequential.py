@@ -1,0 +1,103 @@
+"""``--duration auto``: a run lasts until every SLO is decided, or to its cap.
+
+Each server's latency law is set by the test (the loopback target: fixed or
+exponential service, unlimited workers), so what the sample must decide is
+known: a p99 far inside its threshold passes early, one far outside fails
+early, and one at the threshold cannot be decided before the cap.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tailwise.loadgen.watch import FIRST_LOOK, plan_looks
+from tests.clirun import run_cli
+
+
+def test_looks_double_and_share_the_error_by_bonferroni() -> None:
+    looks = plan_looks(3000.0)
+    assert looks.sizes == (FIRST_LOOK, 256, 512, 1024, 2048)
+    assert looks.count == 6  # five looks while running, and the final summary
+    assert looks.confidence == pytest.approx(1 - 0.05 / 6)
+    assert plan_looks(100.0).sizes == () and plan_looks(100.0).confidence == pytest.approx(0.95)
+    assert plan_looks(3000.0, 0.8).confidence == pytest.approx(1 - 0.2 / 6)
+
+
+def _summary(out: Path) -> dict[str, object]:
+    doc: dict[str, object] = json.loads((out / "summary.json").read_text())
+    return doc
+
+
+def _auto(url: str, slo: str, out: Path, rate: str = "400/s", cap: str = "40s") -> list[str]:
+    return [
+        "run", url, "--rate", rate, "--duration", "auto", "--max-duration", cap,
+        "--slo", slo, "--out", str(out), "-q",
+    ]  # fmt: skip
+
+
+def test_a_clear_pass_stops_long_before_the_cap(
+    loopback: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = loopback("--service", "2ms", "--workers", "0")
+    out = tmp_path / "pass"
+    # A p90, not a p99: on a busy 2-core machine the client and server stall in bursts
+    # of up to a few hundred ms, and a p99 must then honestly wait for more samples.
+    code, _, err = run_cli(_auto(url, "p90(latency)<=500ms", out, "200/s"), capsys)
+    s = _summary(out)
+    seq = s["sequential"]
+    assert isinstance(seq, dict) and isinstance(s["window"], dict)
+    assert code == 0 and s["verdict"] == "pass", err
+    assert seq["settled"] and str(seq["settled"]).startswith("decided after")
+    assert not seq["reached_cap"]
+    assert s["window"]["duration_s"] < 20  # 40 s allowed; a thousand requests decide
+    assert s["confidence"] == pytest.approx(seq["per_look_confidence"])
+    assert s["confidence"] > 0.95  # Bonferroni over the looks
+
+
+def test_a_clear_fail_stops_early_and_fails(
+    loopback: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = loopback("--service", "20ms", "--workers", "0")
+    out = tmp_path / "fail"
+    code, _, err = run_cli(_auto(url, "p99(latency)<=5ms", out), capsys)
+    s = _summary(out)
+    seq = s["sequential"]
+    assert isinstance(seq, dict) and isinstance(s["window"], dict)
+    assert code == 1 and s["verdict"] == "fail", err
+    assert seq["settled"] and not seq["reached_cap"]
+    assert s["window"]["duration_s"] < 20
+
+
+def test_a_threshold_at_the_true_quantile_runs_to_the_cap_and_is_inconclusive(
+    loopback: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Exponential service of mean 10 ms with unlimited workers: latency ~ Exp(10 ms), so
+    # its p90 is 10 ms x ln 10 = 23.0 ms. No 4 s sample can tell p90 <= 23 ms.
+    url = loopback("--service", "exp:10ms", "--workers", "0")
+    out = tmp_path / "edge"
+    code, _, err = run_cli(_auto(url, "p90(latency)<=23ms", out, "200/s", "4s"), capsys)
+    s = _summary(out)
+    seq = s["sequential"]
+    assert isinstance(seq, dict)
+    assert code == 5 and s["verdict"] == "inconclusive", err
+    assert s["verdict_cause"] == "undecided" and "p90(latency)<=23ms" in str(s["verdict_reason"])
+    assert seq["reached_cap"] and seq["settled"] is None
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--concurrency", "4"], ["--arrival", "stages:10/s@2s,20/s@2s"], ["--workers", "2"]],
+)
+def test_auto_refuses_what_it_cannot_judge_before_any_traffic(
+    extra: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "http://127.0.0.1:9/x", "--duration", "auto", "--slo", "p99(latency)<=1s"]
+    if "--concurrency" not in extra:
+        argv += ["--rate", "10/s"] if "--arrival" not in extra else []
+    code, _, err = run_cli([*argv, *extra, "--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and "--duration" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
