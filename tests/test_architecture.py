@@ -55,6 +55,7 @@ LAYERS: Layers = (
         "L1 models",
         (
             "tailwise.arrivals",
+            "tailwise.traces",  # request traces with their LLM lengths, read for arrivals
             "tailwise.metrics",
             "tailwise.capacity",
             "tailwise.knee",

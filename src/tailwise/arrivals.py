@@ -23,12 +23,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from tailwise.errors import BadInput
+from tailwise.traces import Trace, read_trace
 from tailwise.units import (
     DURATION_FORM,
     RATE_FORM,
@@ -325,36 +325,9 @@ def _parse_stages(arg: str, field_name: str) -> Stages:
     return Stages(tuple(steps))
 
 
-_TRACE_MAX_S = 10 * 365 * 86400.0
-
-
 def read_trace_ns(path: str, field_name: str = "--arrival trace") -> tuple[int, ...]:
-    """One offset per line: seconds as a number, or a duration with a unit; '#' comments."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(
-            field_name, path, f"a readable text file of offsets ({exc.__class__.__name__})"
-        ) from None
-    out: list[int] = []
-    for lineno, raw in enumerate(lines, 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        try:
-            seconds = float(line)
-        except ValueError:
-            ns = parse_duration_ns(line, f"{path}:{lineno}")  # bounded to ten years there too
-        else:
-            if not abs(seconds) <= _TRACE_MAX_S:  # also NaN and inf
-                raise BadInput(f"{path}:{lineno}", line, "an offset of at most ten years")
-            ns = round(seconds * NS)
-        if ns < 0 or (out and ns < out[-1]):
-            raise BadInput(f"{path}:{lineno}", line, "non-negative offsets in non-decreasing order")
-        out.append(ns)
-    if not out:
-        raise BadInput(field_name, path, "a file with at least one offset")
-    return tuple(out)
+    """The offsets of a trace file in any form :mod:`tailwise.traces` reads."""
+    return read_trace(path).offsets_ns
 
 
 def parse_schedule(
@@ -364,8 +337,14 @@ def parse_schedule(
     seed: int,
     horizon_ns: int | None,
     max_count: int | None,
+    trace: Trace | None = None,
+    trace_speed: float = 1.0,
 ) -> Schedule:
-    """Build a schedule from the CLI's ``--arrival`` and ``--rate`` strings."""
+    """Build a schedule from the CLI's ``--arrival`` and ``--rate`` strings.
+
+    ``trace`` is the file of ``trace:FILE`` when the caller has read it already (for
+    its lengths); ``trace_speed`` divides a trace's offsets (``--trace-speed 2x``).
+    """
     kind, _, rest = arrival.strip().partition(":")
 
     def bounded(
@@ -378,7 +357,8 @@ def parse_schedule(
     if kind == "trace":
         if not rest:
             raise BadInput("--arrival", arrival, "trace:<file>")
-        return bounded(Constant(), None, read_trace_ns(rest))
+        replay = trace if trace is not None else read_trace(rest)
+        return bounded(Constant(), None, replay.sped_up(trace_speed).offsets_ns)
     if kind in ("ramp", "stages"):
         shape, _, proc = rest.partition("+")
         process = parse_process(proc) if proc else Constant()

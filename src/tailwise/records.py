@@ -68,6 +68,10 @@ INT_COLUMNS = (
     "input_tokens",
     "output_tokens",
     "replica",
+    # Reasoning models (LLM streams with reasoning_content): the first reasoning chunk's
+    # arrival, and the reasoning tokens (the server's usage, else reasoning chunks).
+    "first_reasoning_ns",
+    "reasoning_tokens",
 )
 COLUMNS = (*INT_COLUMNS[:9], "error", *INT_COLUMNS[9:], "chunk_times", "in_window", "capped")
 
@@ -110,6 +114,8 @@ _BLOCK_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("output_tokens", "q", ABSENT),
     ("parent", "q", ABSENT),
     ("replica", "q", ABSENT),
+    ("first_reasoning_ns", "q", ABSENT),
+    ("reasoning_tokens", "q", ABSENT),
     ("capped", "b", 0),
 )
 ARRAY_COLUMNS = tuple(name for name, _, _ in _BLOCK_COLUMNS)  # every array column of a block
@@ -133,10 +139,12 @@ class RecordBlock:
         "done_ns",
         "error",
         "first_byte_ns",
+        "first_reasoning_ns",
         "first_token_ns",
         "input_tokens",
         "output_tokens",
         "parent",
+        "reasoning_tokens",
         "replica",
         "rows",
         "scheduled_ns",
@@ -158,6 +166,8 @@ class RecordBlock:
     output_tokens: array[int]
     parent: array[int]
     replica: array[int]
+    first_reasoning_ns: array[int]
+    reasoning_tokens: array[int]
     capped: array[int]
     chunk_times: dict[int, list[int]]
 
@@ -216,6 +226,15 @@ class Records:
     # 1 if the request waited in the client for the in-flight cap (so its send lag is
     # the target's doing, not the generator's).
     capped: npt.NDArray[np.int8] | None = None
+    # Absent (-1) on every row unless given: producers without reasoning leave them out.
+    first_reasoning_ns: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    reasoning_tokens: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __post_init__(self) -> None:
+        n = len(self.seq)
+        for name in ("first_reasoning_ns", "reasoning_tokens"):
+            if len(getattr(self, name)) != n:
+                setattr(self, name, np.full(n, ABSENT, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -278,6 +297,8 @@ class Records:
             in_window=(sched >= window_ns[0]) & (sched < window_ns[1]),
             chunk_times=chunks,
             capped=np.concatenate(cap).copy() if cap else np.zeros(0, np.int8),
+            first_reasoning_ns=cat("first_reasoning_ns"),
+            reasoning_tokens=cat("reasoning_tokens"),
         )
 
 
@@ -430,6 +451,8 @@ def read_jsonl(path: str | Path) -> Records:
         in_window=np.array([bool(r.get("in_window")) for r in rows], dtype=bool),
         chunk_times=chunks,
         capped=np.array([bool(r.get("capped")) for r in rows], dtype=np.int8),
+        first_reasoning_ns=ints["first_reasoning_ns"],
+        reasoning_tokens=ints["reasoning_tokens"],
     )
 
 

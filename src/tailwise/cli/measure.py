@@ -31,11 +31,27 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
         click.echo(json.dumps(result.summary, indent=2))
     if not quiet:
         print_summary(result.summary, str(directory), stderr=as_json)
+        for line in _llm_lines(result.summary):
+            click.echo(line, err=as_json)
         if "workers" in result.summary:
             from tailwise.loadgen.scale import workers_line
 
             click.echo(workers_line(result.summary), err=as_json)
     sys.exit(result.exit_code)
+
+
+def _llm_lines(summary: dict[str, Any]) -> list[str]:
+    """Token rates, reasoning and the server's own metrics, under the run's summary."""
+    from tailwise.metrics import reasoning, server
+
+    lines = reasoning.text_lines(summary)
+    if "sessions" in summary:
+        from tailwise.loadgen.sessions import text_lines
+
+        lines += text_lines(summary["sessions"])
+    if "server_metrics" in summary:
+        lines += server.text_lines(summary["server_metrics"])
+    return lines
 
 
 def _base_options(urls: tuple[str, ...], command: str, kw: dict[str, Any]) -> Any:

@@ -21,7 +21,11 @@ def run_options(f: F) -> F:
             default="poisson",
             show_default=True,
             help="constant | poisson | gamma:<burstiness> | ramp:<from>-<to> | "
-            "stages:<rate>@<dur>,... | trace:<file>",
+            "stages:<rate>@<dur>,... | trace:<file> (offsets, Azure CSV, Mooncake JSONL)",
+        ),
+        click.option(
+            "--trace-speed",
+            help="Replay a trace faster (2x) or slower (0.5x): offsets divided by it.",
         ),
         click.option(
             "--duration",
@@ -55,7 +59,19 @@ def run_options(f: F) -> F:
         ),
         click.option("--max-in-flight", help="Cap on outstanding requests (client queue beyond)."),
         click.option("--concurrency", help="CLOSED-LOOP mode with N users (for comparison)."),
-        click.option("--think", default="0s", show_default=True, help="Closed-loop think time."),
+        click.option(
+            "--think",
+            default="0s",
+            show_default=True,
+            help="Think time: closed loop, between requests; with --turns, between turns.",
+        ),
+        click.option(
+            "--turns",
+            default="1",
+            show_default=True,
+            help="Chat turns per session (--api openai-chat): each arrival starts a "
+            "session whose turns carry the conversation so far.",
+        ),
         click.option("--timeout", default="30s", show_default=True, help="Total request timeout."),
         click.option("--connect-timeout", default="5s", show_default=True),
         click.option(
@@ -112,6 +128,17 @@ def run_options(f: F) -> F:
             "--tokenizer",
             help="tokenizer.json to count tokens when the server "
             "reports no usage (pip install 'tailwise[tokenizers]').",
+        ),
+        click.option(
+            "--server-metrics",
+            help="Prometheus URL scraped during the run (vLLM, SGLang, TGI, llama.cpp); "
+            "default with --api: the target's /metrics if it answers; off to disable.",
+        ),
+        click.option(
+            "--server-metrics-interval",
+            default="1s",
+            show_default=True,
+            help="Time between scrapes (100ms to 60s).",
         ),
         click.option("--api-key", help="Bearer token (default $OPENAI_API_KEY); never saved."),
         click.option("--extra-body", help="JSON object merged into each request body."),

@@ -10,7 +10,8 @@ both write through it. Samples of one family are kept together under one
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -115,3 +116,98 @@ def parse(text: str) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
+
+
+# -- reading another server's exposition ---------------------------------------
+
+Sample = tuple[str, dict[str, str], float]  # (name, labels, value)
+
+MAX_LINE_CHARS = 16_384  # a longer line is skipped, not parsed (a label bomb)
+MAX_LABELS = 32
+
+
+def parse_samples(
+    text: str,
+    keep: Callable[[str], bool] | None = None,
+    max_samples: int = 100_000,
+    prefixes: tuple[str, ...] | None = None,
+) -> tuple[list[Sample], int]:
+    """The samples of an exposition whose name ``keep`` accepts (and that starts with one of
+    ``prefixes``, checked first and cheaply), and the malformed line count.
+
+    Bounded for text from a server we do not control: at most ``max_samples``
+    samples are kept, a line over :data:`MAX_LINE_CHARS` or with more than
+    :data:`MAX_LABELS` labels is counted as malformed, and nothing raises.
+    Optional timestamps are ignored; label values are unescaped.
+    """
+    out: list[Sample] = []
+    bad = 0
+    for line in text.splitlines():
+        if prefixes is not None and not line.startswith(prefixes):
+            continue  # most lines of a server's exposition are of no interest: not parsed
+        if not line or line[0] == "#" or line.isspace():
+            continue
+        name_end = _name_end(line)
+        if keep is not None and not keep(line[:name_end]):
+            continue
+        sample = _parse_line(line, name_end) if len(line) <= MAX_LINE_CHARS else None
+        if sample is None:
+            bad += 1
+            continue
+        out.append(sample)
+        if len(out) >= max_samples:
+            break
+    return out, bad
+
+
+def _name_end(line: str) -> int:
+    m = _NAME_END.search(line)
+    return m.start() if m else len(line)
+
+
+def _parse_line(line: str, name_end: int) -> Sample | None:
+    name = line[:name_end]
+    if not name or not _NAME.fullmatch(name):
+        return None
+    labels: dict[str, str] = {}
+    rest = line[name_end:]
+    if rest.startswith("{"):
+        parsed = _parse_labels(rest)
+        if parsed is None:
+            return None
+        labels, rest = parsed
+    fields = rest.split()
+    if not 1 <= len(fields) <= 2:
+        return None
+    try:
+        value = float(fields[0])  # accepts NaN, +Inf, -Inf, 1e3
+    except ValueError:
+        return None
+    return name, labels, value
+
+
+def _parse_labels(text: str) -> tuple[dict[str, str], str] | None:
+    """``{a="x",b="y\\"z"} rest`` -> ({a: x, b: y"z}, " rest"); None when malformed."""
+    labels: dict[str, str] = {}
+    pos = 1
+    while True:
+        while pos < len(text) and text[pos] in " ,":
+            pos += 1
+        if pos < len(text) and text[pos] == "}":
+            return labels, text[pos + 1 :]
+        m = _LABEL.match(text, pos)
+        if m is None or len(labels) >= MAX_LABELS:
+            return None
+        labels[m.group(1)] = _unescape(m.group(2))
+        pos = m.end()
+
+
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
+
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_NAME_END = re.compile(r"[{ \t]")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')

@@ -20,6 +20,7 @@ import numpy as np
 from tailwise.loadgen.attack import Engine
 from tailwise.loadgen.execute import Executed, Outcome
 from tailwise.loadgen.prepare import Prepared, plan_window_end
+from tailwise.loadgen.sessions import SessionLoop, sessions_section
 from tailwise.metrics import derive
 from tailwise.metrics.client import CLIENT_FILE, ClientLag, client_doc
 from tailwise.metrics.histogram import interval_histograms, write_hlog
@@ -79,10 +80,15 @@ def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
     if out.looks is not None:
         info.confidence = out.looks.confidence
         info.sequential = sequential_doc(out)
+    if p.sessions is not None and isinstance(engine, SessionLoop):
+        info.extra["sessions"] = sessions_section(p.sessions, records, engine.sessions_ended_early)
     if writer["state"] != "ok":
         info.extra["records_writer"] = writer
     client_info(info, [client_part(out)])
     summary = summarize(records, info)
+    overhead = template_overhead(p, records, info.extra.get("tokens_counted_by", ""))
+    if overhead is not None and isinstance(summary.get("tokens"), dict):
+        summary["tokens"]["template_overhead"] = overhead
     write_outputs(directory, records, summary, out.t0_unix_s, (start_ns, end_ns), info)
     return RunResult(summary, records, directory)
 
@@ -192,6 +198,27 @@ def client_info(info: RunInfo, parts: list[dict[str, Any] | None]) -> None:
         for why, n in (part or {}).get("connect_failures", {}).items():
             failures[why] = failures.get(why, 0) + n
     info.connect_failures = failures
+
+
+def template_overhead(p: Prepared, records: Records, counted_by: str) -> dict[str, Any] | None:
+    """Prompt tokens the server counted beyond the prompt's own (its chat template, BOS):
+    the server's usage minus the local tokenizer's count, per window request. Only where
+    both exist: a tokenizer counted the prompts and the server reported usage."""
+    if not p.prompt_tokens or counted_by != "server usage":
+        return None
+    rows = (records.error == 0) & records.in_window & (records.input_tokens >= 0)
+    if not rows.any():
+        return None
+    local = np.asarray(p.prompt_tokens, dtype=np.int64)[records.seq[rows] % len(p.prompt_tokens)]
+    extra = records.input_tokens[rows] - local
+    return {
+        "p50": float(np.median(extra)),
+        "min": int(extra.min()),
+        "max": int(extra.max()),
+        "mean": float(extra.mean()),
+        "prompt_tokens_mean": float(local.mean()),
+        "count": int(rows.sum()),
+    }
 
 
 def token_source(out: Outcome) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.looplag import LoopLag
 from tailwise.loadgen.prepare import Prepared, loss_watch, run_json, sequential
 from tailwise.loadgen.results import Progress, RecordSink, pump
+from tailwise.loadgen.sessions import SessionLoop, TurnPayloads
 from tailwise.loadgen.spill import Spill
 from tailwise.loadgen.transport import Transport
 from tailwise.loadgen.watch import Looks, LossWatch, Sequential
@@ -78,6 +79,11 @@ def reserve_fd_table(fds: int) -> int:
 
 
 def _engine(p: Prepared, transport: Transport) -> Engine:
+    if p.sessions is not None:
+        assert p.schedule is not None
+        return SessionLoop(
+            transport, p.schedule.offsets_ns(), p.sessions, p.max_in_flight, p.horizon_ns
+        )
     if p.concurrency is not None:
         return ClosedLoop(transport, p.concurrency, p.think_ns, p.horizon_ns, p.max_count)
     assert p.schedule is not None
@@ -400,9 +406,12 @@ def run_engine(
 
 
 def http_transport(p: Prepared) -> Transport:
-    return HttpTransport(
+    payloads: list[Any] = p.payloads
+    if p.sessions is not None:  # bodies rendered as each turn comes due
+        payloads = [TurnPayloads(p.sessions, t) for t in p.targets]
+    transport = HttpTransport(
         p.targets,
-        p.payloads,
+        payloads,
         timeout_ns=p.timeout_ns,
         connect_timeout_ns=p.connect_timeout_ns,
         insecure=p.opts.insecure,
@@ -411,6 +420,9 @@ def http_transport(p: Prepared) -> Transport:
         counter=p.counter,
         prompt_tokens=p.prompt_tokens,
     )
+    if p.sessions is not None:
+        transport.on_answer = p.sessions.answered
+    return transport
 
 
 @dataclass

@@ -257,6 +257,9 @@ class HttpTransport:
         self.prompt_tokens = prompt_tokens  # per request body, when counted locally
         self.usage_rows = 0  # stream rows whose token counts came from the server's usage
         self.tokenizer_rows = 0
+        # Called with (seq, answer text) when a stream ends well (multi-turn sessions
+        # carry the answer into the next turn); the text is kept only when set.
+        self.on_answer: Callable[[int, str], None] | None = None
         self.timeout_ns = timeout_ns
         self.connect_timeout_ns = connect_timeout_ns
         self._insecure = insecure

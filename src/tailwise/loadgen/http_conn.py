@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import httptools
@@ -32,6 +33,7 @@ class StreamOwner(Protocol):
     prompt_tokens: list[int] | None
     usage_rows: int
     tokenizer_rows: int
+    on_answer: Callable[[int, str], None] | None  # (seq, answer text): multi-turn sessions
 
 
 class ConnPool(Protocol):

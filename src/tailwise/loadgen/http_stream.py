@@ -39,6 +39,9 @@ class StreamConn(Conn):
         "events",
         "finished",
         "prompt_tokens",
+        "reasoning_chunks",
+        "reasoning_text",
+        "reasoning_usage",
         "sse",
         "stream_err",
         "text",
@@ -58,6 +61,9 @@ class StreamConn(Conn):
         self.usage_tokens: int | None = None
         self.prompt_tokens: int | None = None
         self.text: list[str] = []  # kept only when tokens are counted locally
+        self.reasoning_chunks = 0  # events carrying reasoning_content (or reasoning)
+        self.reasoning_usage: int | None = None
+        self.reasoning_text: list[str] = []  # kept only when tokens are counted locally
 
     def on_body(self, body: bytes) -> None:
         block = self.block
@@ -71,8 +77,17 @@ class StreamConn(Conn):
                 if not self.chunks:
                     block.first_token_ns[self.j] = self.t_last
                 self.chunks.append(self.t_last)
-                if self.pool.owner.counter is not None:
+                owner = self.pool.owner
+                if owner.counter is not None or owner.on_answer is not None:
                     self.text.append(c.text)
+            if c.reasoning:
+                if not self.reasoning_chunks:
+                    block.first_reasoning_ns[self.j] = self.t_last
+                self.reasoning_chunks += 1
+                if self.pool.owner.counter is not None:
+                    self.reasoning_text.append(c.reasoning)
+            if c.reasoning_tokens is not None:
+                self.reasoning_usage = c.reasoning_tokens
             if c.done or c.finish_reason:
                 self.finished = True
             if c.completion_tokens is not None:
@@ -90,14 +105,23 @@ class StreamConn(Conn):
         owner = self.pool.owner
         if self.chunks:
             block.chunk_times[j] = self.chunks
+        # Output tokens count every generated token, reasoning included (as servers' usage
+        # does); reasoning_tokens says how many of them were reasoning.
+        reasoning = self.reasoning_chunks  # no usage: one token per chunk
+        if self.reasoning_usage is not None:
+            reasoning = self.reasoning_usage
+        elif owner.counter is not None and self.reasoning_text:
+            reasoning = owner.counter.count("".join(self.reasoning_text))
+        if self.reasoning_chunks or self.reasoning_usage is not None:
+            block.reasoning_tokens[j] = reasoning
         if self.usage_tokens is not None:
             block.output_tokens[j] = self.usage_tokens
             owner.usage_rows += 1
         elif owner.counter is not None:  # once per request, not per token
-            block.output_tokens[j] = owner.counter.count("".join(self.text))
+            block.output_tokens[j] = owner.counter.count("".join(self.text)) + reasoning
             owner.tokenizer_rows += 1
-        elif self.chunks:
-            block.output_tokens[j] = len(self.chunks)  # no usage: one token per chunk
+        elif self.chunks or self.reasoning_chunks:
+            block.output_tokens[j] = len(self.chunks) + reasoning
         if self.prompt_tokens is not None:
             block.input_tokens[j] = self.prompt_tokens
         elif owner.prompt_tokens:
@@ -118,6 +142,9 @@ class StreamConn(Conn):
                 # A [DONE] after nothing the stream format knows (lines without ``data:``,
                 # or none at all): not an answer with zero tokens, an answer of another kind.
                 block.error[self.j] = _NOT_A_STREAM
+            on_answer = self.pool.owner.on_answer
+            if on_answer is not None and block.error[self.j] == 0:
+                on_answer(block.base + self.j, "".join(self.text))
         super().on_message_complete()
 
     def fail(self, code: int) -> None:

@@ -34,6 +34,7 @@ class Chunk(NamedTuple):
     completion_tokens: int | None = None
     done: bool = False  # the [DONE] marker
     error: str | None = None  # the server's error message, or "malformed chunk"
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
 
 
 DONE = Chunk(done=True)
@@ -103,10 +104,21 @@ def _text(v: object) -> str:
     return v if isinstance(v, str) else ""
 
 
+def _reasoning_usage(obj: dict[str, Any]) -> int | None:
+    """OpenAI's and vLLM's reasoning count, inside the completion tokens (absent: None)."""
+    u = obj.get("usage")
+    details = u.get("completion_tokens_details") if isinstance(u, dict) else None
+    return _int(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+
+
 def _openai(obj: dict[str, Any], choices: list[Any]) -> Chunk:
     prompt, completion = _usage(obj)
     if not choices or not isinstance(choices[0], dict):
-        return Chunk(prompt_tokens=prompt, completion_tokens=completion)
+        return Chunk(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            reasoning_tokens=_reasoning_usage(obj),
+        )
     choice = choices[0]
     delta = choice.get("delta")
     text = reasoning = tool_args = ""
@@ -124,7 +136,13 @@ def _openai(obj: dict[str, Any], choices: list[Any]) -> Chunk:
         text = _text(choice.get("text"))  # the completions API
     finish = choice.get("finish_reason")
     return Chunk(
-        text, reasoning, tool_args, finish if isinstance(finish, str) else None, prompt, completion
+        text,
+        reasoning,
+        tool_args,
+        finish if isinstance(finish, str) else None,
+        prompt,
+        completion,
+        reasoning_tokens=_reasoning_usage(obj),
     )
 
 

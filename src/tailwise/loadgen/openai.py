@@ -232,6 +232,12 @@ class TokenCounter:
     def count_prompt(self, prompt: Prompt) -> int:
         return self.count(_as_text(prompt))
 
+    def truncate(self, text: str, n: int) -> str:
+        """The text of ``text``'s first ``n`` tokens (may re-encode to another count)."""
+        ids = self._tok.encode(text, add_special_tokens=False).ids[:n]
+        decoded: str = self._tok.decode(ids, skip_special_tokens=True)
+        return decoded
+
 
 def check_api(api: str) -> str:
     if api not in PATHS:

@@ -28,6 +28,14 @@ from typing import Any
 from tailwise.arrivals import Schedule, parse_schedule
 from tailwise.errors import BadInput
 from tailwise.loadgen import openai
+from tailwise.loadgen.exact_prompts import exact_prompts
+from tailwise.loadgen.server_metrics import ScrapePlan, plan_scrape
+from tailwise.loadgen.sessions import (
+    SessionPlan,
+    parse_turns,
+    read_conversations,
+    session_plan,
+)
 from tailwise.loadgen.targets import (
     Target,
     describe,
@@ -38,6 +46,7 @@ from tailwise.loadgen.targets import (
     read_body,
     render,
 )
+from tailwise.loadgen.trace_bodies import Replay, read_replay, trace_prompts
 from tailwise.loadgen.watch import LossWatch, Sequential, plan_looks
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.units import parse_count, parse_duration_ns, parse_fraction
@@ -52,6 +61,7 @@ class RunOptions:
     urls: list[str]
     rate: str | None = None
     arrival: str = "poisson"
+    trace_speed: str | None = None  # with --arrival trace:FILE: "2x" replays twice as fast
     duration: str | None = None  # "auto": until every SLO is decided, up to max_duration
     max_duration: str | None = None  # the cap of --duration auto (None: 300s)
     # --duration auto: the whole run's confidence in its decisions (knee steering trials
@@ -64,7 +74,8 @@ class RunOptions:
     attainment: str = "99%"
     max_in_flight: int | str | None = None
     concurrency: int | str | None = None
-    think: str = "0s"
+    think: str = "0s"  # closed loop: between requests; sessions: between turns
+    turns: int | str = 1  # > 1: each arrival is a session of this many chat turns
     timeout: str = "30s"
     connect_timeout: str = "5s"
     grace: str = "2s"
@@ -89,6 +100,10 @@ class RunOptions:
     prompts: str | None = None  # a JSONL dataset
     shared_prefix: int | str = 0
     tokenizer: str | None = None  # a tokenizer.json, for servers that report no usage
+    # The server's Prometheus metrics, scraped beside the load (see loadgen.server_metrics):
+    # None: the target's /metrics for an LLM run when it answers; "off": never.
+    server_metrics: str | None = None
+    server_metrics_interval: str = "1s"
     # Knee trials: stop sending once an SLO is certainly lost (see loadgen.watch).
     stop_on_slo_loss: bool = False
     # Scale-out (see loadgen.scale): worker processes ("auto": one per core), and a
@@ -123,6 +138,8 @@ class Prepared:
     prompt_tokens: list[int] | None = None  # per request body, counted locally
     workers: int | None = None  # worker processes; None: one process, or Ray's CPU count
     share: tuple[int, int] = (0, 1)  # (index, count): this process's share of the plan
+    scrape: ScrapePlan | None = None  # the server's /metrics, scraped by the driver
+    sessions: SessionPlan | None = None  # multi-turn sessions (--turns), with their state
 
     @property
     def scaled_out(self) -> bool:
@@ -155,7 +172,9 @@ def _window(o: RunOptions, warmup_ns: int) -> tuple[int | None, int | None]:
     return None, count
 
 
-def _llm_bodies(o: RunOptions) -> tuple[list[bytes], list[openai.Prompt]]:
+def _llm_bodies(
+    o: RunOptions, replay: Replay | None, counter: openai.TokenCounter | None
+) -> tuple[list[bytes], list[openai.Prompt]]:
     api = openai.check_api(o.api or "")
     if not o.model:
         raise BadInput("--model", None, f"the model name the server serves, for --api {api}")
@@ -165,7 +184,22 @@ def _llm_bodies(o: RunOptions) -> tuple[list[bytes], list[openai.Prompt]]:
         )
     rng = random.Random(o.seed)
     prompts: list[openai.Prompt]
-    if o.prompts:
+    if replay is not None and replay.trace.input_lengths is not None:
+        if o.prompts:
+            raise BadInput("--prompts", o.prompts, "no dataset with a trace that has lengths")
+        trace = replay.trace
+        if counter is not None and trace.hash_ids is None and trace.input_lengths is not None:
+            lengths = [max(1, k) for k in trace.input_lengths[: replay.rows]]
+            prompts = list(exact_prompts(counter, lengths, o.seed))  # the trace's tokens
+        else:
+            prompts = list(trace_prompts(trace, replay.rows, o.seed))
+        out_lengths = replay.trace.output_lengths
+        max_tokens = (
+            [max(1, k) for k in out_lengths[: replay.rows]]
+            if out_lengths is not None
+            else openai.sample_lengths(str(o.max_tokens), "--max-tokens", replay.rows, rng)
+        )
+    elif o.prompts:
         rows = openai.read_dataset(o.prompts)
         prompts = [p for p, _ in rows]
         drawn = openai.sample_lengths(str(o.max_tokens), "--max-tokens", len(rows), rng)
@@ -174,14 +208,18 @@ def _llm_bodies(o: RunOptions) -> tuple[list[bytes], list[openai.Prompt]]:
         n = openai.N_PROMPTS
         lengths = openai.sample_lengths(str(o.input_tokens), "--input-tokens", n, rng)
         prefix = parse_count(str(o.shared_prefix), "--shared-prefix", minimum=0)
-        prompts = list(openai.synthetic_prompts(lengths, o.seed, prefix))
+        prompts = list(
+            exact_prompts(counter, lengths, o.seed, prefix)
+            if counter is not None
+            else openai.synthetic_prompts(lengths, o.seed, prefix)
+        )
         max_tokens = openai.sample_lengths(str(o.max_tokens), "--max-tokens", n, rng)
     extra = openai.parse_extra_body(o.extra_body)
     return openai.bodies(api, o.model, max_tokens, prompts, o.stream, extra), prompts
 
 
 def _requests(
-    o: RunOptions,
+    o: RunOptions, replay: Replay | None, counter: openai.TokenCounter | None = None
 ) -> tuple[list[Target], list[list[bytes]], str, list[tuple[str, str]], list[openai.Prompt]]:
     """Targets, rendered requests per target, method, headers, and the LLM prompts if any."""
     if not o.urls:
@@ -196,7 +234,7 @@ def _requests(
     bodies: list[bytes | None] = [None]
     prompts: list[openai.Prompt] = []
     if o.api:
-        llm_bodies, prompts = _llm_bodies(o)
+        llm_bodies, prompts = _llm_bodies(o, replay, counter)
         bodies = list(llm_bodies)
     elif o.body is not None:
         bodies = [read_body(o.body)]
@@ -208,12 +246,13 @@ def _requests(
 
 
 def prepare(o: RunOptions) -> Prepared:
-    targets, payloads, method, headers, prompts = _requests(o)
-    streaming = bool(o.api in openai.STREAMING_APIS and o.stream)
-    counter = openai.TokenCounter(o.tokenizer) if o.tokenizer else None
-    prompt_tokens = [counter.count_prompt(p) for p in prompts] if counter and prompts else None
     warmup_ns = 0 if o.warmup == "auto" else parse_duration_ns(o.warmup, "--warmup")
     horizon_ns, max_count = _window(o, warmup_ns)
+    replay = read_replay(o.arrival, o.trace_speed, horizon_ns, max_count)
+    counter = openai.TokenCounter(o.tokenizer) if o.tokenizer else None
+    targets, payloads, method, headers, prompts = _requests(o, replay, counter)
+    streaming = bool(o.api in openai.STREAMING_APIS and o.stream)
+    prompt_tokens = [counter.count_prompt(p) for p in prompts] if counter and prompts else None
     attain = parse_fraction(o.attainment, "--attainment")
     slos = [parse_slo(s, attain) for s in o.slo]
     for s in slos:
@@ -227,7 +266,12 @@ def prepare(o: RunOptions) -> Prepared:
     schedule = None
     if concurrency is None:
         schedule = parse_schedule(
-            o.arrival, o.rate, seed=o.seed, horizon_ns=horizon_ns, max_count=max_count
+            o.arrival,
+            o.rate,
+            seed=o.seed,
+            horizon_ns=horizon_ns,
+            max_count=max_count,
+            trace=replay.trace if replay is not None else None,
         )
         if horizon_ns is None:
             horizon_ns = schedule.horizon_ns  # stages bound the run themselves
@@ -238,6 +282,7 @@ def prepare(o: RunOptions) -> Prepared:
     elif horizon_ns is None and max_count is None:
         raise BadInput("--duration", None, "a duration or --requests for a closed-loop run")
     workers = _scale_out(o, concurrency)
+    sessions = _sessions(o, payloads, concurrency, workers, method, headers)
     budget = fd_budget()
     cap = (
         parse_count(str(o.max_in_flight), "--max-in-flight")
@@ -270,9 +315,43 @@ def prepare(o: RunOptions) -> Prepared:
         counter=counter,
         prompt_tokens=prompt_tokens,
         workers=workers,
+        sessions=sessions,
+        scrape=plan_scrape(
+            o.server_metrics,
+            o.server_metrics_interval,
+            targets[0].url,
+            llm=bool(o.api),
+            insecure=o.insecure,
+        ),
     )
     sequential(prepared)  # a --duration auto the run cannot honour fails here, before traffic
     return prepared
+
+
+def _sessions(
+    o: RunOptions,
+    payloads: list[list[bytes]],
+    concurrency: int | None,
+    workers: int | None,
+    method: str,
+    headers: list[tuple[str, str]],
+) -> SessionPlan | None:
+    turns = parse_turns(o.turns)
+    if turns == 1:
+        return None
+    if o.api != "openai-chat":
+        raise BadInput("--turns", o.turns, "--api openai-chat (a session is a conversation)")
+    if concurrency is not None or workers is not None or o.ray:
+        raise BadInput("--turns", o.turns, "one open-loop process (no --concurrency, --workers)")
+    think_ns = parse_duration_ns(o.think, "--think")
+    raw = [b.split(b"\r\n\r\n", 1)[1] for b in payloads[0]]  # the JSON bodies rendered
+    plan = session_plan(raw, turns, think_ns, method, headers)
+    if o.prompts:
+        plan.conversations = read_conversations(o.prompts)
+        rng = random.Random(o.seed + 1)
+        n = openai.N_PROMPTS
+        plan.default_max_tokens = openai.sample_lengths(str(o.max_tokens), "--max-tokens", n, rng)
+    return plan
 
 
 def _scale_out(o: RunOptions, concurrency: int | None) -> int | None:

@@ -18,6 +18,7 @@ with header values left out), even when interrupted.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from tailwise.loadgen.conclude import RunResult, conclude
 from tailwise.loadgen.execute import execute_local, no_interrupts
 from tailwise.loadgen.prepare import Prepared, RunOptions, prepare, run_directory
 from tailwise.loadgen.scale import execute_scaled
+from tailwise.loadgen.server_metrics import Scraper
 from tailwise.loadgen.transport import Transport
 
 __all__ = ["Prepared", "RunOptions", "RunResult", "execute", "prepare", "run", "run_directory"]
@@ -33,13 +35,40 @@ __all__ = ["Prepared", "RunOptions", "RunResult", "execute", "prepare", "run", "
 
 def execute(p: Prepared, directory: Path, transport: Transport | None = None) -> RunResult:
     """Run a prepared plan into ``directory``: in this process, or scaled out when asked."""
-    if p.scaled_out:
-        if transport is not None:
-            raise BadInput("transport", "given", "the HTTP transport with --workers or --ray")
-        return execute_scaled(p, directory)
-    executed = execute_local(p, directory, transport)
-    with no_interrupts():  # Ctrl-C while outputs are written must not leave half a run
-        return conclude(p, executed, directory)
+    if p.scaled_out and transport is not None:
+        raise BadInput("transport", "given", "the HTTP transport with --workers or --ray")
+    scraper = Scraper(p.scrape, directory) if p.scrape is not None else None
+    scraping = scraper.start() if scraper is not None else False
+    try:
+        if p.scaled_out:
+            result = execute_scaled(p, directory)
+            t0_unix_s = float(result.summary.get("workers", {}).get("start_unix_s", 0.0))
+        else:
+            executed = execute_local(p, directory, transport)
+            with no_interrupts():  # Ctrl-C while outputs are written must not leave half a run
+                result = conclude(p, executed, directory)
+            t0_unix_s = executed.outcome.t0_unix_s
+    finally:
+        if scraper is not None:
+            scraper.stop()
+    if scraper is not None:
+        with no_interrupts():
+            _attach_server_metrics(p, result, scraper, scraping, t0_unix_s)
+    return result
+
+
+def _attach_server_metrics(
+    p: Prepared, result: RunResult, scraper: Scraper, scraping: bool, t0_unix_s: float
+) -> None:
+    """The server's side of the run in ``summary.json`` (rewritten), beside the client's."""
+    window = result.summary.get("window", {})
+    window_ns = (round(window.get("start_s", 0) * 1e9), round(window.get("end_s", 0) * 1e9))
+    if scraping:
+        doc = scraper.finish(t0_unix_s, window_ns, result.records, p.streaming)
+    else:
+        doc = {"url": scraper.plan.url, "note": scraper.note}
+    result.summary["server_metrics"] = doc
+    (result.directory / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
 
 
 def run(url: str | list[str], **options: Any) -> RunResult:

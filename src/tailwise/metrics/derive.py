@@ -46,12 +46,25 @@ def service_ttft_ns(r: Records) -> I64:
     return _diff(r.first_token_ns, r.sent_ns, ok_mask(r))
 
 
+def answer_tokens(r: Records) -> I64:
+    """Output tokens that were the answer: a reasoning model's reasoning tokens taken out."""
+    out: I64 = np.where(
+        r.output_tokens >= 0, r.output_tokens - np.maximum(r.reasoning_tokens, 0), r.output_tokens
+    )
+    return out
+
+
 def tpot_ns(r: Records) -> I64:
-    """``(e2e - TTFT) / (output_tokens - 1)`` for ok rows with at least two tokens."""
-    valid = ok_mask(r) & (r.output_tokens > 1) & (r.first_token_ns >= 0)
+    """``(e2e - TTFT) / (answer_tokens - 1)`` for ok rows with at least two answer tokens.
+
+    TTFT is the first *answer* token, so the span holds only the answer; a reasoning
+    model's reasoning tokens (streamed before it) are not in the divisor either.
+    """
+    tokens = answer_tokens(r)
+    valid = ok_mask(r) & (tokens > 1) & (r.first_token_ns >= 0)
     span = r.done_ns - r.first_token_ns
     out = np.full(len(r), -1, dtype=np.int64)
-    out[valid] = span[valid] // (r.output_tokens[valid] - 1)
+    out[valid] = span[valid] // (tokens[valid] - 1)
     return out
 
 

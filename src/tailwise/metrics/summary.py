@@ -29,6 +29,7 @@ from tailwise.metrics.client import ClientLag, bounds_view, receive_lag_ns
 from tailwise.metrics.intervals import annotate
 from tailwise.metrics.littles import littles_law
 from tailwise.metrics.percentiles import distribution_ms, nearest_rank
+from tailwise.metrics.reasoning import reasoning_section
 from tailwise.metrics.slo import SLO, evaluate, good_mask
 from tailwise.metrics.verdict import EXIT_CODES, Judged, Verdict, decide
 from tailwise.records import ERROR_KINDS, Records, category_of
@@ -175,18 +176,25 @@ def _llm_sections(
     tpot = derive.tpot_ns(r)[window_ok]
     decode_tps = 1e9 / tpot[tpot > 0]  # a request's decode pace, tokens/s = 1 / TPOT
     chunks = [len(c) for c, ok in zip(r.chunk_times, window_ok.tolist(), strict=False) if ok and c]
+    out_done = float(r.output_tokens[done_in & (r.output_tokens > 0)].sum())
+    in_done = float(r.input_tokens[done_in & (r.input_tokens > 0)].sum())
+    per_user = _plain_distribution(decode_tps)
     return {
         "ttft_ms": dist(derive.ttft_ns(r)),
         "service_ttft_ms": dist(derive.service_ttft_ns(r)),
         "tpot_ms": dist(derive.tpot_ns(r)),
         "itl_ms": distribution_ms(derive.itl_gaps_ns(r, window_ok)),
         "tokens": {
-            "output_tps": float(r.output_tokens[done_in & (r.output_tokens > 0)].sum()) / t_s
-            if t_s
-            else 0.0,
+            "output_tps": out_done / t_s if t_s else 0.0,
+            # The same population (completed in the window): prompt tokens the server took
+            # in, and both together, per second of window.
+            "input_tps": in_done / t_s if t_s else 0.0,
+            "total_tps": (in_done + out_done) / t_s if t_s else 0.0,
             "input_total": int(in_tokens.sum()),
             "output_total": int(out_tokens.sum()),
-            "per_request_decode_tps": _plain_distribution(decode_tps),
+            "per_request_decode_tps": per_user,
+            # What one user sees of the decode: the mean of 1 / TPOT (AIPerf's name)
+            "output_tps_per_user": per_user["mean"] if per_user else None,
             "tokens_per_chunk": float(out_tokens.sum()) / sum(chunks) if chunks else None,
         },
     }
@@ -278,6 +286,7 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
         start, end = info.window_ns
         done_in = ok & (r.done_ns >= start) & (r.done_ns < end)
         summary.update(_llm_sections(r, window & ok, done_in, t_s))
+        summary["reasoning"] = reasoning_section(r, window & ok)
     if info.mode == "closed":
         summary["concurrency"] = info.concurrency
         summary["note"] = (

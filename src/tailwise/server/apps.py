@@ -142,6 +142,9 @@ def _llm_metrics(engine: Engine) -> str:
     ex.gauge("max_num_seqs", cfg.max_num_seqs, "Batch slots.")
     ex.gauge("kv_cache_used_tokens", engine.kv_used_tokens, "KV-cache tokens reserved.")
     ex.gauge("kv_cache_capacity_tokens", cfg.kv_cache_tokens, "KV-cache size in tokens.")
+    usage = engine.kv_used_tokens / cfg.kv_cache_tokens if cfg.kv_cache_tokens else 0.0
+    ex.gauge("kv_cache_usage_ratio", usage, "KV-cache reserved share, 0 to 1.")
+    ex.counter("preemptions", 0, "Sequences preempted (never: KV is reserved at admission).")
     ex.gauge("output_tokens_per_second", engine.tokens_per_s(), "Output tokens/s, last 5 s.")
     ex.counter("requests_admitted", st.admitted, "Requests admitted to the batch.")
     ex.counter("requests_finished", st.finished, "Requests that generated all their tokens.")
@@ -170,6 +173,12 @@ def _llm_metrics(engine: Engine) -> str:
         st.step_seconds_sum,
         "Engine step durations (the cost model's value).",
     )
+    for name, hist, what in (
+        ("request_queue_time_seconds", st.queue_time, "arrival to admission"),
+        ("time_to_first_token_seconds", st.ttft, "arrival to the first token"),
+    ):
+        counts = hist.counts or [0] * len(hist.bounds)
+        ex.histogram(name, hist.bounds, counts, hist.total, hist.sum_s, f"Per request: {what}.")
     return ex.render()
 
 

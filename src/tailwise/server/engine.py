@@ -63,6 +63,33 @@ class Sequence:
         return self.prompt_tokens + self.max_tokens
 
 
+# vLLM's TTFT buckets, so the demo's histograms read like a real server's
+LATENCY_BUCKETS_S: tuple[float, ...] = (
+    *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0),
+    *(2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0),
+)
+
+
+@dataclass
+class Histogram:
+    """Counts per bucket ``(bounds[i-1], bounds[i]]`` (the rest above), sum and count."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: int = 0
+    sum_s: float = 0.0
+
+    def observe(self, value_s: float) -> None:
+        if not self.counts:
+            self.counts = [0] * len(self.bounds)
+        self.total += 1
+        self.sum_s += value_s
+        for i, bound in enumerate(self.bounds):
+            if value_s <= bound:
+                self.counts[i] += 1
+                return
+
+
 @dataclass
 class EngineStats:
     """Server-side truth, exported on /metrics (counters only grow)."""
@@ -78,6 +105,9 @@ class EngineStats:
     lag_s: float = 0.0  # time the engine fell behind its cost model (CPU shortage)
     step_seconds_buckets: list[int] = field(default_factory=list)
     recent_tokens: deque[tuple[float, int]] = field(default_factory=deque)
+    # Per request, as vLLM exports them: arrival to admission, and arrival to first token.
+    queue_time: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
+    ttft: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
 
     def count(self, table: dict[str, int], reason: str) -> None:
         table[reason] = table.get(reason, 0) + 1
@@ -181,6 +211,7 @@ class Engine(Background):
             self.kv_used_tokens += head.context_tokens
             self.running.append(head)
             self.stats.admitted += 1
+            self.stats.queue_time.observe(time.monotonic() - head.arrival_s)
 
     def _plan(self) -> tuple[list[tuple[Sequence, int]], list[Sequence]]:
         """This step's work: (sequence, prompt tokens) to prefill, sequences to decode."""
@@ -216,6 +247,7 @@ class Engine(Background):
             self.stats.prompt_tokens += chunk
             if seq.prefilled >= seq.prompt_tokens:  # the step that ends a prompt samples a token
                 seq.first_token_s = now
+                self.stats.ttft.observe(now - seq.arrival_s)
                 emitted += self._emit(seq)
         for seq in decoding:
             if not seq.done:

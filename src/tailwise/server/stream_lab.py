@@ -9,7 +9,9 @@ a usage chunk (when ``stream_options.include_usage``) and ``[DONE]``.
 
 A body field ``"lab": {"end_early": k}`` ends the stream cleanly after k chunks
 but with no finish reason or ``[DONE]`` (a truncated stream); ``{"error_after": k}``
-sends an error event after k chunks instead.
+sends an error event after k chunks instead; ``{"reasoning": k}`` makes the first
+k chunks of a chat stream ``reasoning_content`` (a reasoning model thinking before
+it answers; usage then reports them as ``completion_tokens_details.reasoning_tokens``).
 
 The truth is what the server *actually* did, not what it was asked to do:
 with ``--truth FILE`` it appends one JSON line per request with the monotonic
@@ -80,6 +82,7 @@ class _Http(RequestProtocol):
         start = loop.time()
         lab_field = req.get("lab")
         steer: dict[str, Any] = lab_field if isinstance(lab_field, dict) else {}
+        reasoning = steer.get("reasoning", 0) if isinstance(steer.get("reasoning"), int) else 0
         for i in range(n):
             due = start + self.lab.ttft_s + i * self.lab.itl_s
             await asyncio.sleep(max(due - loop.time(), 0))
@@ -93,12 +96,19 @@ class _Http(RequestProtocol):
                 self.transport.write(_event(error) + b"0\r\n\r\n")
                 return
             text = f" tok{i}"
-            self.transport.write(_event(_chunk(chat, {"content": text} if chat else text)))
+            field = "reasoning_content" if chat and i < reasoning else "content"
+            self.transport.write(_event(_chunk(chat, {field: text} if chat else text)))
             sent.append(time.monotonic_ns())
         self.transport.write(_event(_chunk(chat, {} if chat else "", finish="length")))
         opts = req.get("stream_options")
         if isinstance(opts, dict) and opts.get("include_usage"):
-            usage = {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": n + 7}
+            usage: dict[str, Any] = {
+                "prompt_tokens": 7,
+                "completion_tokens": n,
+                "total_tokens": n + 7,
+            }
+            if chat and reasoning:
+                usage["completion_tokens_details"] = {"reasoning_tokens": min(reasoning, n)}
             self.transport.write(
                 _event({"object": "chat.completion.chunk", "choices": [], "usage": usage})
             )

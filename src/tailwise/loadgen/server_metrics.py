@@ -1,0 +1,251 @@
+"""Scrape the server's Prometheus ``/metrics`` during a run, beside the load.
+
+A daemon thread, not a task on the engine's loop: a scrape's socket wait and
+its parsing never delay a send. Its work is bounded: one GET per interval
+(1 s by default, 100 ms to 60 s), a timeout under the interval, at most
+:data:`MAX_BODY_BYTES` read, and only the lines of a known server's metrics
+parsed (:func:`tailwise.metrics.server.read_exposition`). Each scrape is one
+line of ``server_metrics.jsonl``, appended and flushed as it happens, so a
+killed run keeps them; at the end the file gets run-relative times and the
+summary its ``server_metrics`` section, with a timeline of the server's gauges
+beside the client's TTFT and latency over the same intervals.
+
+By default an LLM run (``--api``) scrapes its target's ``/metrics`` when the
+first scrape, before the run, answers with a known server's metrics; a plain
+HTTP run scrapes only a URL the user names. ``--server-metrics off`` turns it
+off. The API key is never sent to the metrics URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailwise.clock import now_ns
+from tailwise.errors import BadInput
+from tailwise.metrics import derive
+from tailwise.metrics.server import read_exposition, summarize_server
+from tailwise.records import Records
+from tailwise.units import parse_duration_ns
+
+FILE = "server_metrics.jsonl"
+MAX_BODY_BYTES = 8 << 20
+MIN_INTERVAL_NS = 100_000_000
+MAX_INTERVAL_NS = 60_000_000_000
+MAX_TIMEOUT_S = 2.0
+MAX_ROWS = 100_000  # kept in memory: 27 hours at one scrape a second
+TIMELINE_POINTS = 240
+
+
+@dataclass(frozen=True)
+class ScrapePlan:
+    url: str
+    interval_ns: int
+    explicit: bool  # named by the user: kept even when the first scrape fails
+    insecure: bool = False
+
+
+def plan_scrape(
+    given: str | None, interval: str, target_url: str, *, llm: bool, insecure: bool = False
+) -> ScrapePlan | None:
+    """``--server-metrics`` (None: the target's /metrics for an LLM run), or None when off."""
+    interval_ns = parse_duration_ns(interval, "--server-metrics-interval", allow_zero=False)
+    if not MIN_INTERVAL_NS <= interval_ns <= MAX_INTERVAL_NS:
+        raise BadInput("--server-metrics-interval", interval, "a duration from 100ms to 60s")
+    if given is not None and given.strip().lower() == "off":
+        return None
+    if given is None:
+        if not llm:
+            return None
+        parts = urllib.parse.urlsplit(target_url)
+        return ScrapePlan(f"{parts.scheme}://{parts.netloc}/metrics", interval_ns, False, insecure)
+    parts = urllib.parse.urlsplit(given.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or len(given) > 2048:
+        raise BadInput("--server-metrics", given, "an http(s) URL of Prometheus metrics, or off")
+    return ScrapePlan(given.strip(), interval_ns, True, insecure)
+
+
+def fetch(url: str, timeout_s: float, insecure: bool = False) -> str:
+    """One scrape's text; raises :class:`ScrapeError` with a short kind."""
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}),  # a scrape goes where the user said, never via a proxy
+        urllib.request.HTTPSHandler(context=_ssl(insecure)),
+    )
+    request = urllib.request.Request(url, headers={"Accept": "text/plain"})
+    try:
+        with opener.open(request, timeout=timeout_s) as resp:
+            body: bytes = resp.read(MAX_BODY_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        raise ScrapeError(f"http_{exc.code}") from None
+    except TimeoutError:
+        raise ScrapeError("timeout") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        kind = "timeout" if isinstance(reason, TimeoutError) else "unreachable"
+        raise ScrapeError(kind) from None
+    if len(body) > MAX_BODY_BYTES:
+        raise ScrapeError("too_large")
+    return body.decode("utf-8", errors="replace")
+
+
+def _ssl(insecure: bool) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    if insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+class ScrapeError(Exception):
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class Scraper:
+    """The background scrapes of one run, written to ``directory / FILE``."""
+
+    def __init__(self, plan: ScrapePlan, directory: Path) -> None:
+        self.plan = plan
+        self.path = directory / FILE
+        self.rows: list[dict[str, Any]] = []
+        self.note = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._timeout_s = min(MAX_TIMEOUT_S, plan.interval_ns / 1e9 * 0.8)
+        # The wall clock's offset from the monotonic one, read once, to place the run's
+        # wall-clock start (the only form a scaled-out run reports) on the monotonic clock.
+        self._unix_minus_mono_ns = time.time_ns() - now_ns()
+
+    def scrape_once(self) -> dict[str, Any]:
+        start = now_ns()
+        row: dict[str, Any] = {"t_mono_ns": start}
+        try:
+            reading = read_exposition(fetch(self.plan.url, self._timeout_s, self.plan.insecure))
+        except ScrapeError as exc:
+            row["error"] = exc.kind
+            return row
+        finally:
+            row["took_ms"] = round((now_ns() - start) / 1e6, 3)
+        if reading is None:
+            row["error"] = "unknown_metrics"  # Prometheus text, but no server we know
+        else:
+            row["reading"] = reading
+        return row
+
+    def start(self) -> bool:
+        """Scrape once now; start the thread if that worked or the user named the URL."""
+        first = self.scrape_once()
+        if "reading" not in first and not self.plan.explicit:
+            self.note = f"{self.plan.url}: {first['error']}; not scraped"
+            return False
+        self.path.write_text("")
+        self._keep(first)
+        self._thread = threading.Thread(target=self._loop, name="tailwise-scrape", daemon=True)
+        self._thread.start()
+        return True
+
+    def _loop(self) -> None:
+        due = now_ns() + self.plan.interval_ns
+        while not self._stop.wait(max(0.0, (due - now_ns()) / 1e9)):
+            self._keep(self.scrape_once())
+            due += self.plan.interval_ns
+            if due < now_ns():  # a slow scrape: skip the missed ticks, do not burst
+                due = now_ns() + self.plan.interval_ns
+
+    def _keep(self, row: dict[str, Any]) -> None:
+        if len(self.rows) >= MAX_ROWS:
+            return
+        self.rows.append(row)
+        try:
+            with self.path.open("a") as f:
+                f.write(json.dumps(row, separators=(",", ":")) + "\n")
+        except OSError:
+            pass  # the rows stay in memory; the file is rewritten at the end
+
+    def stop(self) -> None:
+        """Stop after one last scrape (the counters' end of the window)."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=self._timeout_s + 1.0)
+        if not self._thread.is_alive():
+            self._keep(self.scrape_once())
+
+    def finish(
+        self, t0_unix_s: float, window_ns: tuple[int, int], records: Records, llm: bool
+    ) -> dict[str, Any]:
+        """Run-relative times in the file, and the summary's ``server_metrics`` section."""
+        t0_mono = round(t0_unix_s * 1e9) - self._unix_minus_mono_ns
+        rows = [
+            {
+                "t_ns": r["t_mono_ns"] - t0_mono,
+                "t_end_ns": r["t_mono_ns"] - t0_mono + round(r["took_ms"] * 1e6),
+                **r,
+            }
+            for r in self.rows
+        ]
+        self._rewrite(rows)
+        client = client_ttft_ms(records, window_ns) if llm else None
+        doc = {"url": self.plan.url, "interval_s": self.plan.interval_ns / 1e9}
+        doc.update(summarize_server(rows, window_ns, client))
+        doc["timeline"] = timeline(rows, records, llm)
+        return doc
+
+    def _rewrite(self, rows: list[dict[str, Any]]) -> None:
+        lines = []
+        for r in rows:
+            out = {"t_s": round(r["t_ns"] / 1e9, 6)}
+            out.update({k: v for k, v in r.items() if k not in ("t_ns", "t_end_ns")})
+            lines.append(json.dumps(out, separators=(",", ":")))
+        with contextlib.suppress(OSError):  # the summary still has them
+            self.path.write_text("\n".join(lines) + ("\n" if lines else ""))
+
+
+def client_ttft_ms(records: Records, window_ns: tuple[int, int]) -> dict[str, Any] | None:
+    """The client's TTFT over the window's successful requests: mean and percentiles, ms."""
+    ttft = derive.ttft_ns(records)
+    sel = ttft[(ttft >= 0) & records.in_window] / 1e6 if len(records) else np.empty(0)
+    if not len(sel):
+        return None
+    out: dict[str, Any] = {"mean": round(float(sel.mean()), 3), "count": len(sel)}
+    for key, q in (("p50", 50), ("p90", 90), ("p99", 99)):
+        out[key] = round(float(np.percentile(sel, q)), 3)
+    return out
+
+
+def timeline(rows: list[dict[str, Any]], records: Records, llm: bool) -> dict[str, list[Any]]:
+    """Columns over the scrapes (at most :data:`TIMELINE_POINTS`): the server's gauges, and
+    the client's p50 TTFT and latency of the requests completed since the previous scrape."""
+    ok = [r for r in rows if r.get("reading")]
+    step = max(1, -(-len(ok) // TIMELINE_POINTS))
+    picked = ok[step - 1 :: step] if ok else []
+    cols: dict[str, list[Any]] = {"t_s": [round(r["t_ns"] / 1e9, 3) for r in picked]}
+    for name in ("running", "waiting", "kv_cache_usage"):
+        if any(name in r["reading"]["values"] for r in picked):
+            cols[name] = [r["reading"]["values"].get(name) for r in picked]
+    edges = [r["t_ns"] for r in picked]
+    latency = derive.latency_ns(records)
+    done = records.done_ns
+    series = [("client_latency_p50_ms", latency)]
+    if llm:
+        series.append(("client_ttft_p50_ms", derive.ttft_ns(records)))
+    for name, values in series:
+        col: list[float | None] = []
+        for i, end in enumerate(edges):
+            begin = edges[i - 1] if i else -(2**62)
+            sel = values[(done > begin) & (done <= end) & (values >= 0)]
+            col.append(round(float(np.median(sel)) / 1e6, 3) if len(sel) else None)
+        cols[name] = col
+    return cols
