@@ -31,6 +31,10 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
         click.echo(json.dumps(result.summary, indent=2))
     if not quiet:
         print_summary(result.summary, str(directory), stderr=as_json)
+        from tailwise.loadgen.server_view import server_lines
+
+        for line in server_lines(result.summary):
+            click.echo(line, err=as_json)
         if "workers" in result.summary:
             from tailwise.loadgen.scale import workers_line
 

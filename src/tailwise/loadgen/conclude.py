@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tailwise.loadgen import server_view
 from tailwise.loadgen.attack import Engine
 from tailwise.loadgen.execute import Executed, Outcome
 from tailwise.loadgen.prepare import Prepared, plan_window_end
@@ -70,6 +71,7 @@ def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
         rows_on_disk=rows_on_disk,
     )
     info.extra = token_source(out) if p.streaming else {}
+    info.extra.update(server_part(p, out, records, (p.warmup_ns, end_ns), directory))
     if writer["state"] != "ok":
         info.extra["records_writer"] = writer
     client_info(info, [client_part(out)])
@@ -156,6 +158,27 @@ def client_info(info: RunInfo, parts: list[dict[str, Any] | None]) -> None:
         for why, n in (part or {}).get("connect_failures", {}).items():
             failures[why] = failures.get(why, 0) + n
     info.connect_failures = failures
+
+
+def server_part(
+    p: Prepared, out: Outcome, records: Records, window_ns: tuple[int, int], directory: Path
+) -> dict[str, Any]:
+    """Reconnects of any HTTP run; for an LLM run, what its server said (server_view)."""
+    reconnects = getattr(out.transport, "reconnects", None)
+    if not isinstance(reconnects, int):
+        return {}
+    if not p.opts.api:
+        return {"reconnects": reconnects}
+    notes = getattr(out.transport, "server_notes", None) or {}
+    server_view.write_notes(directory, notes)
+    return server_view.sections(
+        records,
+        window_ns,
+        notes,
+        reconnects=reconnects,
+        streamed=p.streaming,
+        reuse_asked=p.reuse_asked,
+    )
 
 
 def token_source(out: Outcome) -> dict[str, Any]:

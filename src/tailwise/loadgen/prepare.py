@@ -82,6 +82,8 @@ class RunOptions:
     api_key: str | None = None  # never written anywhere
     extra_body: str | None = None
     stream: bool = True
+    unique_prompts: bool = True  # a per-request nonce at the start of each prompt
+    ignore_eos: bool = False  # ask the server to generate exactly max_tokens
     prompts: str | None = None  # a JSONL dataset
     shared_prefix: int | str = 0
     tokenizer: str | None = None  # a tokenizer.json, for servers that report no usage
@@ -117,6 +119,10 @@ class Prepared:
     streaming: bool = False
     counter: openai.TokenCounter | None = None
     prompt_tokens: list[int] | None = None  # per request body, counted locally
+    nonce: bytes | None = None  # the placeholder each request replaces (unique prompts)
+    # --shared-prefix: cache hits are the point. --no-unique-prompts only drops the nonce:
+    # a high hit rate then is still flagged, since the prompts repeat by accident of the seed.
+    reuse_asked: bool = False
     workers: int | None = None  # worker processes; None: one process, or Ray's CPU count
     share: tuple[int, int] = (0, 1)  # (index, count): this process's share of the plan
 
@@ -148,7 +154,8 @@ def _window(o: RunOptions, warmup_ns: int) -> tuple[int | None, int | None]:
     return None, count
 
 
-def _llm_bodies(o: RunOptions) -> tuple[list[bytes], list[openai.Prompt]]:
+def _llm_bodies(o: RunOptions, nonce: str) -> tuple[list[bytes], list[openai.Prompt]]:
+    """Bodies and prompts; ``nonce`` (or "") starts every prompt after the shared prefix."""
     api = openai.check_api(o.api or "")
     if not o.model:
         raise BadInput("--model", None, f"the model name the server serves, for --api {api}")
@@ -160,21 +167,23 @@ def _llm_bodies(o: RunOptions) -> tuple[list[bytes], list[openai.Prompt]]:
     prompts: list[openai.Prompt]
     if o.prompts:
         rows = openai.read_dataset(o.prompts)
-        prompts = [p for p, _ in rows]
+        prompts = [openai.with_nonce(p, nonce) if nonce else p for p, _ in rows]
         drawn = openai.sample_lengths(str(o.max_tokens), "--max-tokens", len(rows), rng)
         max_tokens = [n if n is not None else d for (_, n), d in zip(rows, drawn, strict=True)]
     else:
         n = openai.N_PROMPTS
         lengths = openai.sample_lengths(str(o.input_tokens), "--input-tokens", n, rng)
         prefix = parse_count(str(o.shared_prefix), "--shared-prefix", minimum=0)
-        prompts = list(openai.synthetic_prompts(lengths, o.seed, prefix))
+        prompts = list(openai.synthetic_prompts(lengths, o.seed, prefix, nonce))
         max_tokens = openai.sample_lengths(str(o.max_tokens), "--max-tokens", n, rng)
     extra = openai.parse_extra_body(o.extra_body)
+    if o.ignore_eos and api != "openai-embeddings":
+        extra.setdefault("ignore_eos", True)
     return openai.bodies(api, o.model, max_tokens, prompts, o.stream, extra), prompts
 
 
 def _requests(
-    o: RunOptions,
+    o: RunOptions, nonce: str = ""
 ) -> tuple[list[Target], list[list[bytes]], str, list[tuple[str, str]], list[openai.Prompt]]:
     """Targets, rendered requests per target, method, headers, and the LLM prompts if any."""
     if not o.urls:
@@ -189,7 +198,7 @@ def _requests(
     bodies: list[bytes | None] = [None]
     prompts: list[openai.Prompt] = []
     if o.api:
-        llm_bodies, prompts = _llm_bodies(o)
+        llm_bodies, prompts = _llm_bodies(o, nonce)
         bodies = list(llm_bodies)
     elif o.body is not None:
         bodies = [read_body(o.body)]
@@ -200,8 +209,16 @@ def _requests(
     return targets, payloads, method, headers, prompts
 
 
+def _nonce(o: RunOptions) -> str:
+    """The run's prompt nonce: chat and completions only (an embedding has no prefix cache)."""
+    if not o.unique_prompts or o.api not in openai.STREAMING_APIS:
+        return ""
+    return openai.new_nonce()
+
+
 def prepare(o: RunOptions) -> Prepared:
-    targets, payloads, method, headers, prompts = _requests(o)
+    nonce = _nonce(o)
+    targets, payloads, method, headers, prompts = _requests(o, nonce)
     streaming = bool(o.api in openai.STREAMING_APIS and o.stream)
     counter = openai.TokenCounter(o.tokenizer) if o.tokenizer else None
     prompt_tokens = [counter.count_prompt(p) for p in prompts] if counter and prompts else None
@@ -262,6 +279,8 @@ def prepare(o: RunOptions) -> Prepared:
         streaming=streaming,
         counter=counter,
         prompt_tokens=prompt_tokens,
+        nonce=nonce.encode() if nonce else None,
+        reuse_asked=parse_count(str(o.shared_prefix), "--shared-prefix", minimum=0) > 0,
         workers=workers,
     )
 
