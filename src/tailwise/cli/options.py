@@ -149,6 +149,18 @@ def run_options(f: F) -> F:
             help="Stream chat/completions responses (with --api).",
         ),
         click.option(
+            "--unique-prompts/--no-unique-prompts",
+            default=True,
+            show_default=True,
+            help="Start every prompt with a per-request nonce, so a prefix cache cannot "
+            "serve one request from another (--shared-prefix words come before it).",
+        ),
+        click.option(
+            "--ignore-eos",
+            is_flag=True,
+            help="Send ignore_eos: true, so the server generates exactly --max-tokens.",
+        ),
+        click.option(
             "--workers",
             help="Load-generator processes sharing one arrival plan: N, or auto (one per "
             "core; with --ray, one per CPU of the cluster). See docs/scale.md.",

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tailwise.loadgen import server_view
 from tailwise.loadgen.attack import Engine
 from tailwise.loadgen.execute import Executed, Outcome
 from tailwise.loadgen.prepare import Prepared, plan_window_end
@@ -82,6 +83,7 @@ def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
         info.sequential = sequential_doc(out)
     if p.sessions is not None and isinstance(engine, SessionLoop):
         info.extra["sessions"] = sessions_section(p.sessions, records, engine.sessions_ended_early)
+    info.extra.update(server_part(p, out, records, (start_ns, end_ns), directory))
     if writer["state"] != "ok":
         info.extra["records_writer"] = writer
     client_info(info, [client_part(out)])
@@ -219,6 +221,27 @@ def template_overhead(p: Prepared, records: Records, counted_by: str) -> dict[st
         "prompt_tokens_mean": float(local.mean()),
         "count": int(rows.sum()),
     }
+
+
+def server_part(
+    p: Prepared, out: Outcome, records: Records, window_ns: tuple[int, int], directory: Path
+) -> dict[str, Any]:
+    """Reconnects of any HTTP run; for an LLM run, what its server said (server_view)."""
+    reconnects = getattr(out.transport, "reconnects", None)
+    if not isinstance(reconnects, int):
+        return {}
+    if not p.opts.api:
+        return {"reconnects": reconnects}
+    notes = getattr(out.transport, "server_notes", None) or {}
+    server_view.write_notes(directory, notes)
+    return server_view.sections(
+        records,
+        window_ns,
+        notes,
+        reconnects=reconnects,
+        streamed=p.streaming,
+        reuse_asked=p.reuse_asked,
+    )
 
 
 def token_source(out: Outcome) -> dict[str, Any]:

@@ -24,11 +24,30 @@ TRIES = 8  # other word draws for a length the first draw cannot hit exactly
 
 
 def exact_prompts(
-    counter: TokenCounter, lengths: list[int], seed: int, shared_prefix_words: int = 0
+    counter: TokenCounter,
+    lengths: list[int],
+    seed: int,
+    shared_prefix_words: int = 0,
+    nonce: str = "",
 ) -> list[str]:
-    """One prompt per length, each exactly that many tokens; the same for the same seed."""
+    """One prompt per length, each exactly that many tokens; the same for the same seed.
+
+    A ``nonce`` (the unique-prompts placeholder) starts each prompt and counts in the
+    length (the words after it are fitted to the rest); each request's own nonce is
+    other hex digits of the same length, which a BPE tokenizer may split one token
+    differently. Without a shared prefix only: a shared prefix keeps the nonce after it,
+    and the words are fitted to the whole."""
+    if nonce and not shared_prefix_words:
+        spent = counter.count(nonce)
+        if min(lengths, default=spent + 1) <= spent:
+            raise BadInput(
+                "--input-tokens", min(lengths), f"over {spent} tokens (the unique-prompt nonce)"
+            )
+        rest = exact_prompts(counter, [n - spent for n in lengths], seed, 0)
+        return [f"{nonce} {text}" for text in rest]
     rng = random.Random(seed)
     prefix = synthetic_prompts([shared_prefix_words], seed)[0] if shared_prefix_words else ""
+    prefix = " ".join(part for part in (prefix, nonce) if part)
     out = []
     for n in lengths:
         text = None

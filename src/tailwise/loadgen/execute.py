@@ -419,6 +419,9 @@ def http_transport(p: Prepared) -> Transport:
         streaming=p.streaming,
         counter=p.counter,
         prompt_tokens=p.prompt_tokens,
+        answers=bool(p.opts.api) and not p.streaming,
+        nonce=p.nonce,
+        nonce_stream=p.share[0],  # a worker numbers its requests from 0: its own nonces
     )
     if p.sessions is not None:
         transport.on_answer = p.sessions.answered

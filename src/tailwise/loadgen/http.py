@@ -19,7 +19,15 @@ response -> ``protocol``; no complete response within the total timeout, while
 on the wire or still waiting for a connection -> ``timeout``; 4xx/5xx statuses
 -> ``http_4xx``/``http_5xx``. Interim 1xx responses (100 Continue, 103 Early
 Hints) are skipped; a body delimited by the connection closing (no length, not
-chunked) completes at the close.
+chunked) completes at the close. A reused connection closed before any response
+byte sends its request once more on a fresh connection, counted in ``reconnects``
+(see :mod:`~tailwise.loadgen.http_conn` for when that is safe).
+
+Unique prompts: an LLM body may carry a placeholder (``nonce``, 10 hex digits,
+random per run); each request replaces it with its own 10 hex digits, a bijection
+of its seq (plus worker index x 2^32) salted by the placeholder, so no two requests
+of a run (or, but for a chance of about one in a trillion, of two runs) share a
+prompt's first tokens.
 """
 
 from __future__ import annotations
@@ -35,7 +43,8 @@ from typing import Any
 from tailwise.clock import now_ns
 from tailwise.errors import error_kind
 from tailwise.loadgen.http_conn import CONNECT, TIMEOUT, Conn
-from tailwise.loadgen.http_stream import StreamConn
+from tailwise.loadgen.http_stream import AnswerConn, StreamConn
+from tailwise.loadgen.llm_stream import Timings
 from tailwise.loadgen.openai import TokenCounter
 from tailwise.loadgen.targets import Target
 from tailwise.loadgen.transport import OnDone
@@ -43,6 +52,14 @@ from tailwise.records import RecordBlock, error_code
 
 SWEEP_S = 0.01
 MAX_CONNECTING = 32  # connection attempts in progress per target; more only feeds a storm
+NONCE_DIGITS = 10
+_NONCE_MASK = (1 << (4 * NONCE_DIGITS)) - 1
+_NONCE_MIX = 0x9E3779B97F  # odd, so seq -> nonce is a bijection modulo 16**10
+
+
+def nonce_for(seq: int, salt: int) -> bytes:
+    """Request ``seq``'s nonce: consecutive seqs differ in their first digits too."""
+    return b"%010x" % (((seq + salt) * _NONCE_MIX) & _NONCE_MASK)
 
 
 def connect_failure(exc: BaseException) -> str:
@@ -83,7 +100,18 @@ class Pool:
         self.next_scan_ns = 0  # run-relative: when sweep() next looks at every connection
         self.on_done: OnDone = _noop_done
         self.streaming = owner.streaming
-        self.conn_class: type[Conn] = StreamConn if owner.streaming else Conn
+        self.conn_class: type[Conn] = (
+            StreamConn if owner.streaming else AnswerConn if owner.answers else Conn
+        )
+        self.per_response = owner.streaming or owner.answers  # state reset per response
+        self.retried: set[int] = set()  # seqs sent a second time (at most once each)
+        self.reconnects = 0
+        nonce = owner.nonce
+        self.nonce_salt = int(nonce, 16) + owner.nonce_offset if nonce else 0
+        # Where each payload's nonce placeholder starts (-1: none in it).
+        # (Only a real list: multi-turn sessions render each body lazily, without one.)
+        has_list = isinstance(payloads, list)
+        self.nonce_at = [p.find(nonce) for p in payloads] if nonce and has_list else None
 
     def dispatch(self, block: RecordBlock, j: int) -> None:
         """Send request ``(block, j)``: on an idle connection now, else when one opens."""
@@ -91,15 +119,18 @@ class Pool:
         if idle:
             conn = idle.pop()
             payloads = self.payloads
-            payload = (
-                payloads[0] if len(payloads) == 1 else payloads[(block.base + j) % len(payloads)]
-            )
+            i = 0 if len(payloads) == 1 else (block.base + j) % len(payloads)
+            payload = payloads[i]
+            if self.nonce_at is not None and self.nonce_at[i] >= 0:
+                k = self.nonce_at[i]
+                nonce = nonce_for(block.base + j, self.nonce_salt)
+                payload = payload[:k] + nonce + payload[k + NONCE_DIGITS :]
             conn.block = block
             conn.j = j
             conn.first = True
             conn.head = None
             conn.nbytes = 0
-            if self.streaming:
+            if self.per_response:
                 conn.reset_stream()
             block.bytes_out[j] = len(payload)
             conn.transport.write(payload)
@@ -109,8 +140,22 @@ class Pool:
 
     def start_waiting(self, conn: Conn) -> None:
         self.idle.append(conn)
-        block, j = self.waiting.popleft()
+        block, j = self.waiting[0]
+        if self.retried and conn.served and block.base + j in self.retried:
+            return  # a request sent again goes on a fresh connection only: _grow opens one
+        self.waiting.popleft()
         self.dispatch(block, j)
+
+    def retry(self, block: RecordBlock, j: int) -> bool:
+        """Queue ``(block, j)`` first for a fresh connection, once (see http_conn)."""
+        seq = block.base + j
+        if self.owner.closing or seq in self.retried:
+            return False
+        self.retried.add(seq)
+        self.reconnects += 1
+        self.waiting.appendleft((block, j))
+        self._grow()
+        return True
 
     def _grow(self) -> None:
         """Open connections for waiting requests, a bounded number at a time."""
@@ -251,8 +296,17 @@ class HttpTransport:
         streaming: bool = False,
         counter: TokenCounter | None = None,
         prompt_tokens: list[int] | None = None,
+        answers: bool = False,
+        nonce: bytes | None = None,
+        nonce_stream: int = 0,
     ) -> None:
         self.streaming = streaming
+        self.answers = answers  # whole LLM/embeddings answers: read their usage and timings
+        self.nonce = nonce  # the per-run placeholder each request replaces (see nonce_for)
+        # Worker w of a scaled-out run numbers its requests from 0 too: its nonces come
+        # from seqs offset by w x 2^32, so no two workers' requests share one.
+        self.nonce_offset = nonce_stream << 32
+        self.server_notes: dict[int, tuple[int | None, Timings | None]] = {}
         self.counter = counter  # counts tokens locally when the server reports no usage
         self.prompt_tokens = prompt_tokens  # per request body, when counted locally
         self.usage_rows = 0  # stream rows whose token counts came from the server's usage
@@ -276,6 +330,11 @@ class HttpTransport:
         self.send: Callable[[RecordBlock, int], None] = (
             self._pools[0].dispatch if len(self._pools) == 1 else self._send_round_robin
         )
+
+    @property
+    def reconnects(self) -> int:
+        """Requests sent once more after a reused connection died before any answer byte."""
+        return sum(p.reconnects for p in self._pools)
 
     def note_connect_failure(self, why: str) -> None:
         self.connect_failures[why] = self.connect_failures.get(why, 0) + 1

@@ -4,6 +4,25 @@ A connection carries at most one request at a time (no pipelining) and writes
 its outcome straight into the request's record block: first byte, completion,
 status, error kind, bytes in. It knows its pool only through :class:`ConnPool`.
 :mod:`~tailwise.loadgen.http_stream` extends it for LLM token streams.
+
+A reused connection that dies before any byte of the response arrived is not a
+failure of the request but a race with the server's close: a server may close
+an idle keep-alive connection at any moment (llama.cpp's ``llama-server``
+closes one after each streamed response although it promised ``Keep-Alive``),
+and a request written in the meantime meets a closed socket. Such a request is
+sent once more on a fresh connection (:meth:`ConnPool.retry`), as browsers and
+curl do, and counted as a *reconnect*. It is sent again only when the server
+gave no sign of having taken it up: not one response byte, an orderly close (a
+FIN came first: the end of the stream, or EPIPE when our write then met the
+closed socket; a server that closes before our request arrives sends one), on a
+connection that had already served a request (so the close ends the server's
+keep-alive, it does not refuse this request). A reset (RST: a crashed or
+overloaded peer, or a proxy injecting faults), a failure on a fresh
+connection, a second failure of the same request, or any response byte: the
+request fails as ``reset`` and is never sent again. What remains possible is a
+server that read the request and then closed in order without a word; the
+resend is counted, never hidden. The record keeps its intended and first send
+instants, so the latency includes the lost attempt and the reconnect.
 """
 
 from __future__ import annotations
@@ -16,6 +35,7 @@ from typing import Any, Protocol
 import httptools
 
 from tailwise.clock import now_ns
+from tailwise.loadgen.llm_stream import Timings
 from tailwise.loadgen.openai import TokenCounter
 from tailwise.loadgen.transport import OnDone
 from tailwise.records import RecordBlock, error_code
@@ -34,6 +54,8 @@ class StreamOwner(Protocol):
     usage_rows: int
     tokenizer_rows: int
     on_answer: Callable[[int, str], None] | None  # (seq, answer text): multi-turn sessions
+    # seq -> (cached prompt tokens, llama.cpp timings), for rows where the server said
+    server_notes: dict[int, tuple[int | None, Timings | None]]
 
 
 class ConnPool(Protocol):
@@ -50,6 +72,10 @@ class ConnPool(Protocol):
     def start_waiting(self, conn: Conn) -> None: ...
 
     def discard(self, conn: Conn) -> None: ...
+
+    def retry(self, block: RecordBlock, j: int) -> bool:
+        """Send ``(block, j)`` again on a fresh connection; False if it was already retried."""
+        ...
 
 
 def ends_at_close(head: bytes | None) -> bool:
@@ -81,6 +107,7 @@ class Conn(asyncio.Protocol):
         "nbytes",
         "parser",
         "pool",
+        "served",
         "t_last",
         "transport",
     )
@@ -98,6 +125,7 @@ class Conn(asyncio.Protocol):
         # The current response's first bytes, up to its header end (see connection_lost).
         self.head: bytes | None = None
         self.head_open = False  # the head so far has no header end yet
+        self.served = 0  # final responses completed on this connection
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -148,6 +176,7 @@ class Conn(asyncio.Protocol):
             block.error[j] = HTTP_5XX if status >= 500 else HTTP_4XX
         block.bytes_in[j] = self.nbytes
         self.block = None
+        self.served += 1
         keep = parser.should_keep_alive()
         pool = self.pool
         pool.on_done(block, j)
@@ -175,6 +204,15 @@ class Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         block = self.block
+        orderly = exc is None or isinstance(exc, BrokenPipeError)
+        if block is not None and orderly and self.served and not self.nbytes:
+            # Closed in order (a FIN came first) under a request it never answered,
+            # after serving others: the server's close raced our write (module docstring).
+            self.pool.discard(self)
+            self.block = None
+            if self.pool.retry(block, self.j):
+                return
+            self.block = block
         if block is not None and exc is None and ends_at_close(self.head):
             # HTTP/1.1 allows a body that ends when the server closes: complete it.
             status = self.parser.get_status_code()

@@ -1,9 +1,9 @@
-"""An HTTP connection whose responses are LLM token streams (Server-Sent Events)."""
+"""HTTP connections whose responses are LLM answers: token streams (SSE) or whole JSON bodies."""
 
 from __future__ import annotations
 
 from tailwise.loadgen.http_conn import Conn, ConnPool
-from tailwise.loadgen.llm_stream import MALFORMED, classify
+from tailwise.loadgen.llm_stream import MALFORMED, Chunk, Timings, classify, classify_answer
 from tailwise.loadgen.sse import SSEParser
 from tailwise.records import RecordBlock, error_code
 
@@ -35,6 +35,7 @@ class StreamConn(Conn):
     """
 
     __slots__ = (
+        "cached",
         "chunks",
         "events",
         "finished",
@@ -45,6 +46,7 @@ class StreamConn(Conn):
         "sse",
         "stream_err",
         "text",
+        "timings",
         "usage_tokens",
     )
 
@@ -60,6 +62,8 @@ class StreamConn(Conn):
         self.stream_err = 0
         self.usage_tokens: int | None = None
         self.prompt_tokens: int | None = None
+        self.cached: int | None = None
+        self.timings: Timings | None = None
         self.text: list[str] = []  # kept only when tokens are counted locally
         self.reasoning_chunks = 0  # events carrying reasoning_content (or reasoning)
         self.reasoning_usage: int | None = None
@@ -94,6 +98,10 @@ class StreamConn(Conn):
                 self.usage_tokens = c.completion_tokens
             if c.prompt_tokens is not None:
                 self.prompt_tokens = c.prompt_tokens
+            if c.cached_tokens is not None:
+                self.cached = c.cached_tokens
+            if c.timings is not None:
+                self.timings = c.timings
             if c.error is not None and not self.stream_err:
                 self.stream_err = _MALFORMED if c.error == MALFORMED else _STREAM_ERROR
         # Checked once per read, not per event: the bounds only need to hold roughly.
@@ -126,6 +134,8 @@ class StreamConn(Conn):
             block.input_tokens[j] = self.prompt_tokens
         elif owner.prompt_tokens:
             block.input_tokens[j] = owner.prompt_tokens[(block.base + j) % len(owner.prompt_tokens)]
+        if self.cached is not None or self.timings is not None:
+            owner.server_notes[block.base + j] = (self.cached, self.timings)
 
     def on_message_complete(self) -> None:
         block = self.block
@@ -151,3 +161,52 @@ class StreamConn(Conn):
         if self.block is not None:
             self._keep(self.block, self.j)
         super().fail(code)
+
+
+class AnswerConn(Conn):
+    """A connection whose responses are whole JSON answers (not streamed, or embeddings).
+
+    The body is kept (up to :data:`MAX_EVENT_BYTES`; more fails as ``too_large``) and
+    read once at its end for the server's usage, cached prompt tokens and timings; an
+    answer that is not JSON, or an error object under a 2xx status, is ``malformed_chunk``
+    or ``stream_error`` as in a stream. With no usage, token columns stay unknown (-1).
+    """
+
+    __slots__ = ("body",)
+
+    def __init__(self, pool: ConnPool) -> None:
+        super().__init__(pool)
+        self.body: list[bytes] = []
+
+    def reset_stream(self) -> None:
+        self.body = []
+
+    def on_body(self, body: bytes) -> None:
+        if self.block is None or self.parser.get_status_code() >= 300:
+            return
+        self.body.append(body)
+        if self.nbytes > MAX_EVENT_BYTES:
+            self.fail(_TOO_LARGE)
+            self.transport.abort()
+
+    def on_message_complete(self) -> None:
+        block = self.block
+        if block is not None and 200 <= self.parser.get_status_code() < 300:
+            self._read(block, self.j, classify_answer(b"".join(self.body)))
+        self.body = []
+        super().on_message_complete()
+
+    def _read(self, block: RecordBlock, j: int, c: Chunk) -> None:
+        owner = self.pool.owner
+        if c.error is not None:
+            block.error[j] = _MALFORMED if c.error == MALFORMED else _STREAM_ERROR
+            return
+        if c.completion_tokens is not None:
+            block.output_tokens[j] = c.completion_tokens
+            owner.usage_rows += 1
+        if c.prompt_tokens is not None:
+            block.input_tokens[j] = c.prompt_tokens
+        elif owner.prompt_tokens:
+            block.input_tokens[j] = owner.prompt_tokens[(block.base + j) % len(owner.prompt_tokens)]
+        if c.cached_tokens is not None or c.timings is not None:
+            owner.server_notes[block.base + j] = (c.cached_tokens, c.timings)

@@ -12,6 +12,10 @@ the shapes servers send:
 * TGI ``/generate_stream``: ``token.text`` (special tokens are not text),
   ``details.finish_reason``, ``generated_tokens`` and ``input_length`` at the end;
 * llama.cpp ``/completion``: ``content``, ``stop`` and ``timings``;
+* what the server says of its own work, on any route (:func:`server_side`): cached
+  prompt tokens (``usage.prompt_tokens_details.cached_tokens``, llama.cpp's
+  ``tokens_cached`` and ``timings.cache_n``) and llama.cpp's ``timings`` (prompt
+  and decode times, on ``/completion`` and on the last chunk of the ``/v1`` routes);
 * ``[DONE]``; error events (an ``error`` object or string, or an SSE event of
   type ``error``); anything that is not JSON is ``malformed``.
 
@@ -25,6 +29,19 @@ import json
 from typing import Any, NamedTuple
 
 
+class Timings(NamedTuple):
+    """llama.cpp's own account of one request (its ``timings`` object), in ms and tokens.
+
+    ``prompt_n`` counts the prompt tokens it processed, not those it took from its cache.
+    """
+
+    prompt_n: int
+    prompt_ms: float
+    predicted_n: int
+    predicted_ms: float
+    predicted_per_token_ms: float
+
+
 class Chunk(NamedTuple):
     text: str = ""  # generated text in this event
     reasoning: str = ""
@@ -35,6 +52,8 @@ class Chunk(NamedTuple):
     done: bool = False  # the [DONE] marker
     error: str | None = None  # the server's error message, or "malformed chunk"
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+    cached_tokens: int | None = None  # prompt tokens the server served from its cache
+    timings: Timings | None = None
 
 
 DONE = Chunk(done=True)
@@ -53,6 +72,36 @@ def classify(data: str, event_type: str = "message") -> Chunk:
     if event_type == "error" or "error" in obj or obj.get("object") == "error":
         return Chunk(error=_error_message(obj))
     try:
+        return _shape(obj)
+    except _NotACount:
+        return Chunk(error=MALFORMED)
+
+
+def classify_answer(body: bytes) -> Chunk:
+    """What a whole (not streamed) JSON answer says: usage, cached tokens, timings, error.
+
+    The shapes of :func:`classify` plus embeddings (``usage.prompt_tokens`` only) and
+    non-streamed chat (``choices[0].message.content``); the text itself is not kept.
+    """
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return Chunk(error=MALFORMED)
+    if not isinstance(obj, dict):
+        return Chunk(error=MALFORMED)
+    if "error" in obj or obj.get("object") == "error":
+        return Chunk(error=_error_message(obj))
+    try:
+        if isinstance(obj.get("choices"), list) or isinstance(obj.get("data"), list):
+            prompt, completion = _usage(obj)
+            cached, timings = server_side(obj)
+            return Chunk(
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                finish_reason="stop",
+                cached_tokens=cached,
+                timings=timings,
+            )
         return _shape(obj)
     except _NotACount:
         return Chunk(error=MALFORMED)
@@ -83,6 +132,33 @@ def _usage(obj: dict[str, Any]) -> tuple[int | None, int | None]:
     return _int(u.get("prompt_tokens")), _int(u.get("completion_tokens"))
 
 
+def server_side(obj: dict[str, Any]) -> tuple[int | None, Timings | None]:
+    """(cached prompt tokens, llama.cpp timings) of an answer or a chunk, where it says.
+
+    Raises :class:`_NotACount` (caught by :func:`classify`) for values that are not
+    counts or times: a server's numbers are bounded before anything adds them up.
+    """
+    cached = None
+    u = obj.get("usage")
+    if isinstance(u, dict) and isinstance(u.get("prompt_tokens_details"), dict):
+        cached = _int(u["prompt_tokens_details"].get("cached_tokens"))
+    if cached is None:
+        cached = _int(obj.get("tokens_cached"))  # llama.cpp /completion
+    t = obj.get("timings")
+    if not isinstance(t, dict):
+        return cached, None
+    if cached is None:
+        cached = _int(t.get("cache_n"))
+    prompt_n, predicted_n = _int(t.get("prompt_n")), _int(t.get("predicted_n"))
+    prompt_ms, predicted_ms = _ms(t.get("prompt_ms")), _ms(t.get("predicted_ms"))
+    if prompt_n is None or predicted_n is None or prompt_ms is None or predicted_ms is None:
+        return cached, None
+    per_token = _ms(t.get("predicted_per_token_ms"))
+    if per_token is None:
+        per_token = predicted_ms / predicted_n if predicted_n else 0.0
+    return cached, Timings(prompt_n, prompt_ms, predicted_n, predicted_ms, per_token)
+
+
 # A token count a server may report: anything else (negative, 1e23) is not a count, and
 # would overflow the records' int64 columns: the event is malformed, the run goes on.
 MAX_TOKEN_COUNT = (1 << 31) - 1
@@ -100,6 +176,17 @@ def _int(v: object) -> int | None:
     return v
 
 
+MAX_MS = 1e9  # a server-reported time above ~11 days is not a time
+
+
+def _ms(v: object) -> float | None:
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return None
+    if not 0.0 <= v <= MAX_MS:  # also false for NaN
+        raise _NotACount(v)
+    return float(v)
+
+
 def _text(v: object) -> str:
     return v if isinstance(v, str) else ""
 
@@ -113,11 +200,14 @@ def _reasoning_usage(obj: dict[str, Any]) -> int | None:
 
 def _openai(obj: dict[str, Any], choices: list[Any]) -> Chunk:
     prompt, completion = _usage(obj)
+    cached, timings = server_side(obj)
     if not choices or not isinstance(choices[0], dict):
         return Chunk(
             prompt_tokens=prompt,
             completion_tokens=completion,
             reasoning_tokens=_reasoning_usage(obj),
+            cached_tokens=cached,
+            timings=timings,
         )
     choice = choices[0]
     delta = choice.get("delta")
@@ -143,6 +233,8 @@ def _openai(obj: dict[str, Any], choices: list[Any]) -> Chunk:
         prompt,
         completion,
         reasoning_tokens=_reasoning_usage(obj),
+        cached_tokens=cached,
+        timings=timings,
     )
 
 
@@ -162,10 +254,17 @@ def _tgi(obj: dict[str, Any]) -> Chunk:
 
 
 def _llamacpp(obj: dict[str, Any]) -> Chunk:
-    timings = obj.get("timings")
+    cached, timings = server_side(obj)
+    raw = obj.get("timings")
     prompt = completion = None
-    if isinstance(timings, dict):
-        prompt, completion = _int(timings.get("prompt_n")), _int(timings.get("predicted_n"))
+    if isinstance(raw, dict):
+        prompt, completion = _int(raw.get("prompt_n")), _int(raw.get("predicted_n"))
+        # prompt_n leaves out the cached tokens; tokens_evaluated is the whole prompt.
+        evaluated = _int(obj.get("tokens_evaluated"))
+        if evaluated is not None:
+            prompt = evaluated
+        elif prompt is not None and cached:
+            prompt += cached
     finish = None
     if obj.get("stop") is True:
         finish = "stop" if not obj.get("stopped_limit") else "length"
@@ -174,4 +273,6 @@ def _llamacpp(obj: dict[str, Any]) -> Chunk:
         finish_reason=finish,
         prompt_tokens=prompt,
         completion_tokens=completion,
+        cached_tokens=cached,
+        timings=timings,
     )

@@ -14,7 +14,12 @@ approximation) or read from a dataset file (``--prompts``: JSONL rows with a
 output length). Lengths may be distributions: ``uniform:64-256``,
 ``normal:128,32``, ``lognormal:128,0.5`` (median and sigma). ``--shared-prefix N``
 starts every prompt with the same N words, to exercise prefix caching. All of
-it is deterministic for a seed. Nothing is downloaded, ever.
+it is deterministic for a seed, but for one thing: every request's prompt starts
+with its own nonce (10 hex digits, a per-run salt; see :func:`new_nonce`), so that
+a server's prefix cache cannot serve one request's prompt from another's, in this
+run or an earlier one, unless the run asks for reuse (``--shared-prefix``: the
+nonce follows the shared words; ``--no-unique-prompts``: no nonce). Nothing is
+downloaded, ever.
 
 The API key (``--api-key`` or ``OPENAI_API_KEY``) becomes an ``Authorization``
 header, and header values are never written anywhere.
@@ -26,6 +31,7 @@ import json
 import math
 import os
 import random
+import secrets
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -95,13 +101,33 @@ def sample_lengths(text: str, field: str, n: int, rng: random.Random) -> list[in
     return [max(1, min(MAX_LENGTH, round(draw()))) for _ in range(n)]
 
 
-def synthetic_prompts(lengths: list[int], seed: int, shared_prefix: int = 0) -> list[str]:
+def synthetic_prompts(
+    lengths: list[int], seed: int, shared_prefix: int = 0, nonce: str = ""
+) -> list[str]:
+    """Prompts of ``lengths`` words: the shared prefix, then the nonce (if any), then words."""
     rng = random.Random(seed)
     prefix = " ".join(rng.choice(_WORDS) for _ in range(shared_prefix))
     out = []
     for n in lengths:
         words = " ".join(rng.choice(_WORDS) for _ in range(max(n - shared_prefix, 1)))
-        out.append(f"{prefix} {words}" if prefix else words)
+        out.append(" ".join(part for part in (prefix, nonce, words) if part))
+    return out
+
+
+def new_nonce() -> str:
+    """The run's nonce placeholder: 10 random hex digits, replaced per request on the wire."""
+    return secrets.token_hex(5)
+
+
+def with_nonce(prompt: Prompt, nonce: str) -> Prompt:
+    """``prompt`` starting with ``nonce``: the first message's content for a chat prompt."""
+    if isinstance(prompt, str):
+        return f"{nonce} {prompt}"
+    out = [dict(m) for m in prompt]
+    for m in out:
+        if isinstance(m.get("content"), str):
+            m["content"] = f"{nonce} {m['content']}"
+            break
     return out
 
 

@@ -97,6 +97,8 @@ class RunOptions:
     api_key: str | None = None  # never written anywhere
     extra_body: str | None = None
     stream: bool = True
+    unique_prompts: bool = True  # a per-request nonce at the start of each prompt
+    ignore_eos: bool = False  # ask the server to generate exactly max_tokens
     prompts: str | None = None  # a JSONL dataset
     shared_prefix: int | str = 0
     tokenizer: str | None = None  # a tokenizer.json, for servers that report no usage
@@ -136,6 +138,10 @@ class Prepared:
     streaming: bool = False
     counter: openai.TokenCounter | None = None
     prompt_tokens: list[int] | None = None  # per request body, counted locally
+    nonce: bytes | None = None  # the placeholder each request replaces (unique prompts)
+    # --shared-prefix: cache hits are the point. --no-unique-prompts only drops the nonce:
+    # a high hit rate then is still flagged, since the prompts repeat by accident of the seed.
+    reuse_asked: bool = False
     workers: int | None = None  # worker processes; None: one process, or Ray's CPU count
     share: tuple[int, int] = (0, 1)  # (index, count): this process's share of the plan
     scrape: ScrapePlan | None = None  # the server's /metrics, scraped by the driver
@@ -173,8 +179,10 @@ def _window(o: RunOptions, warmup_ns: int) -> tuple[int | None, int | None]:
 
 
 def _llm_bodies(
-    o: RunOptions, replay: Replay | None, counter: openai.TokenCounter | None
+    o: RunOptions, replay: Replay | None, counter: openai.TokenCounter | None, nonce: str = ""
 ) -> tuple[list[bytes], list[openai.Prompt]]:
+    """Bodies and prompts; ``nonce`` (or "") starts every synthetic prompt after the shared
+    prefix (with a tokenizer, inside the exact count)."""
     api = openai.check_api(o.api or "")
     if not o.model:
         raise BadInput("--model", None, f"the model name the server serves, for --api {api}")
@@ -201,25 +209,29 @@ def _llm_bodies(
         )
     elif o.prompts:
         rows = openai.read_dataset(o.prompts)
-        prompts = [p for p, _ in rows]
+        prompts = [openai.with_nonce(p, nonce) if nonce else p for p, _ in rows]
         drawn = openai.sample_lengths(str(o.max_tokens), "--max-tokens", len(rows), rng)
         max_tokens = [n if n is not None else d for (_, n), d in zip(rows, drawn, strict=True)]
     else:
         n = openai.N_PROMPTS
         lengths = openai.sample_lengths(str(o.input_tokens), "--input-tokens", n, rng)
         prefix = parse_count(str(o.shared_prefix), "--shared-prefix", minimum=0)
-        prompts = list(
-            exact_prompts(counter, lengths, o.seed, prefix)
-            if counter is not None
-            else openai.synthetic_prompts(lengths, o.seed, prefix)
-        )
+        if counter is not None:
+            prompts = list(exact_prompts(counter, lengths, o.seed, prefix, nonce))
+        else:
+            prompts = list(openai.synthetic_prompts(lengths, o.seed, prefix, nonce))
         max_tokens = openai.sample_lengths(str(o.max_tokens), "--max-tokens", n, rng)
     extra = openai.parse_extra_body(o.extra_body)
+    if o.ignore_eos and api != "openai-embeddings":
+        extra.setdefault("ignore_eos", True)
     return openai.bodies(api, o.model, max_tokens, prompts, o.stream, extra), prompts
 
 
 def _requests(
-    o: RunOptions, replay: Replay | None, counter: openai.TokenCounter | None = None
+    o: RunOptions,
+    replay: Replay | None,
+    counter: openai.TokenCounter | None = None,
+    nonce: str = "",
 ) -> tuple[list[Target], list[list[bytes]], str, list[tuple[str, str]], list[openai.Prompt]]:
     """Targets, rendered requests per target, method, headers, and the LLM prompts if any."""
     if not o.urls:
@@ -234,7 +246,7 @@ def _requests(
     bodies: list[bytes | None] = [None]
     prompts: list[openai.Prompt] = []
     if o.api:
-        llm_bodies, prompts = _llm_bodies(o, replay, counter)
+        llm_bodies, prompts = _llm_bodies(o, replay, counter, nonce)
         bodies = list(llm_bodies)
     elif o.body is not None:
         bodies = [read_body(o.body)]
@@ -245,12 +257,24 @@ def _requests(
     return targets, payloads, method, headers, prompts
 
 
+def _multi_turn(o: RunOptions) -> bool:
+    return str(o.turns).strip() not in ("1", "")
+
+
+def _nonce(o: RunOptions) -> str:
+    """The run's prompt nonce: chat and completions only (an embedding has no prefix cache)."""
+    if not o.unique_prompts or o.api not in openai.STREAMING_APIS or _multi_turn(o):
+        return ""  # sessions ask for reuse: each turn resends its session's history
+    return openai.new_nonce()
+
+
 def prepare(o: RunOptions) -> Prepared:
     warmup_ns = 0 if o.warmup == "auto" else parse_duration_ns(o.warmup, "--warmup")
     horizon_ns, max_count = _window(o, warmup_ns)
     replay = read_replay(o.arrival, o.trace_speed, horizon_ns, max_count)
     counter = openai.TokenCounter(o.tokenizer) if o.tokenizer else None
-    targets, payloads, method, headers, prompts = _requests(o, replay, counter)
+    nonce = _nonce(o) if replay is None else ""
+    targets, payloads, method, headers, prompts = _requests(o, replay, counter, nonce)
     streaming = bool(o.api in openai.STREAMING_APIS and o.stream)
     prompt_tokens = [counter.count_prompt(p) for p in prompts] if counter and prompts else None
     attain = parse_fraction(o.attainment, "--attainment")
@@ -314,6 +338,9 @@ def prepare(o: RunOptions) -> Prepared:
         streaming=streaming,
         counter=counter,
         prompt_tokens=prompt_tokens,
+        nonce=nonce.encode() if nonce else None,
+        reuse_asked=parse_count(str(o.shared_prefix), "--shared-prefix", minimum=0) > 0
+        or _multi_turn(o),
         workers=workers,
         sessions=sessions,
         scrape=plan_scrape(
