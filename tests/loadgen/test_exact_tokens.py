@@ -60,8 +60,8 @@ def test_every_prompt_has_the_asked_token_count(tokenizer: str) -> None:
     assert p.nonce and again.nonce and again.nonce != p.nonce  # each run its own nonce
 
     def masked(q: object) -> list[bytes]:
-        nonce = getattr(q, "nonce")
-        return [b.replace(nonce, b"N" * len(nonce)) for b in getattr(q, "payloads")[0]]
+        nonce = q.nonce
+        return [b.replace(nonce, b"N" * len(nonce)) for b in q.payloads[0]]
 
     assert masked(again) == masked(p)  # otherwise deterministic for a seed
 
