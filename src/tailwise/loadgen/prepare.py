@@ -39,6 +39,7 @@ from tailwise.loadgen.targets import (
     render,
 )
 from tailwise.loadgen.watch import LossWatch
+from tailwise.metrics.percentiles import parse_percentiles
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.units import parse_count, parse_duration_ns, parse_fraction
 
@@ -91,6 +92,7 @@ class RunOptions:
     # Ray cluster to spread them over.
     workers: int | str | None = None
     ray: str | None = None
+    percentiles: str | None = None  # --percentiles 50,90,99,99.9: the ones to show
 
 
 @dataclass
@@ -119,6 +121,7 @@ class Prepared:
     prompt_tokens: list[int] | None = None  # per request body, counted locally
     workers: int | None = None  # worker processes; None: one process, or Ray's CPU count
     share: tuple[int, int] = (0, 1)  # (index, count): this process's share of the plan
+    percentiles: tuple[float, ...] = ()  # --percentiles, parsed
 
     @property
     def scaled_out(self) -> bool:
@@ -237,7 +240,9 @@ def prepare(o: RunOptions) -> Prepared:
         if o.max_in_flight
         else min(DEFAULT_MAX_IN_FLIGHT, budget)
     )
+    shown = parse_percentiles(o.percentiles) if o.percentiles else ()
     return Prepared(
+        percentiles=shown,
         opts=o,
         targets=targets,
         payloads=payloads,
