@@ -83,3 +83,74 @@ def test_rate_objectives() -> None:
         r.in_window,
     )
     assert [e["passed"] for e in got] == [False, True, False, True]
+
+
+# ---- k6-style thresholds ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "metric", "stat", "threshold_ns"),
+    [
+        ("p(99)<500ms", "latency", "p99", 500 * MS - 1),
+        ("p(95)<=1s", "latency", "p95", 1000 * MS),
+        ("avg<200", "latency", "mean", 200 * MS - 1),  # a bare number is ms, as in k6
+        ("med<=15", "latency", "p50", 15 * MS),
+        ("max<2s", "latency", "max", 2000 * MS - 1),
+        ("p(99.9)<=250ms", "latency", "p99.9", 250 * MS),
+        ("ttft:p(99)<1s", "ttft", "p99", 1000 * MS - 1),
+        ("  p( 90 ) <= 30ms ", "latency", "p90", 30 * MS),
+    ],
+)
+def test_k6_thresholds_are_objectives(spec: str, metric: str, stat: str, threshold_ns: int) -> None:
+    slo = parse_slo(spec)
+    assert (slo.kind, slo.metric, slo.stat, slo.threshold) == (
+        "objective",
+        metric,
+        stat,
+        threshold_ns,
+    )
+
+
+def test_k6_strict_less_than_fails_at_the_threshold() -> None:
+    lat = [500.0] * 100  # every request takes exactly 500 ms
+    strict = evaluate(records(lat), [parse_slo("p(99)<500ms")], {}, np.ones(100, bool))[0]
+    loose = evaluate(records(lat), [parse_slo("p(99)<=500ms")], {}, np.ones(100, bool))[0]
+    assert strict["passed"] is False and loose["passed"] is True
+
+
+def test_k6_rate_is_the_error_rate() -> None:
+    r = records([1.0] * 10)
+    at = {"error_rate": 0.01}
+    strict, loose, pct = (parse_slo(s) for s in ("rate<0.01", "rate<=0.01", "rate<=1%"))
+    assert strict.kind == "rate" and strict.stat == "error_rate"
+    got = evaluate(r, [strict, loose, pct], at, r.in_window)
+    assert [e["passed"] for e in got] == [False, True, True]
+    below = evaluate(r, [strict], {"error_rate": 0.0099}, r.in_window)
+    assert below[0]["passed"] is True
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "p(101)<1s",
+        "p(0)<1s",
+        "p(9.9.9)<1s",
+        "p(99)>500ms",
+        "p(99)<fast",
+        "p(99)<500parsecs",
+        "nonsense:p(99)<1s",
+        "rate<0",
+        "rate<2",
+        "rate>0.01",
+        "avg<0",
+        "p(99)<500ms; rm -rf /",
+        "<script>alert(1)</script>",
+        "p(" + "9" * 5000 + ")<1s",
+        "p(99)<1e999",
+        "\x00p(99)<1s",
+    ],
+)
+def test_k6_hostile_thresholds_are_one_line_errors(bad: str) -> None:
+    with pytest.raises(BadInput, match="--slo") as exc:
+        parse_slo(bad)
+    assert "\n" not in str(exc.value) and len(str(exc.value)) < 1200

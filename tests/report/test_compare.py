@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tailwise.cli import main
+from tailwise.errors import BadInput
 from tailwise.loadgen.sweep import Step, sweep_json
 from tailwise.metrics.slo import parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
@@ -260,3 +261,47 @@ def test_bad_input_is_one_line_and_exit_2(
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("tailwise: error: "), err
         assert expected in lines[0] and "Traceback" not in err and out == ""
+
+
+# ---- unlike workloads -----------------------------------------------------------------
+
+
+def test_runs_at_different_rates_are_refused_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = write_run(tmp_path / "a", summary(20.0, rate=300))
+    b = write_run(tmp_path / "b", summary(20.0, rate=100))
+    with pytest.raises(SystemExit) as exited:
+        main(["compare", a, b])
+    _, err = capsys.readouterr()
+    assert exited.value.code == 2
+    (line,) = err.strip().splitlines()
+    assert "rate 300/s vs 100/s" in line and "--allow-different" in line
+    code, out, err = cli(["compare", a, b, "--allow-different", "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["warnings"] and "rate 300/s vs 100/s" in doc["warnings"][0]
+    assert "WARNING" in err and "DIFFERENT workloads" in err
+    # The "regression" the issue saw (goodput -67%) is still computed, under the warning.
+    assert code == 1 and [r["metric"] for r in doc["regressions"]] == ["rates.goodput_rps"]
+
+
+def test_api_lengths_source_and_duration_differences_are_named(tmp_path: Path) -> None:
+    s = summary(20.0)
+    run_json = {"options": {"api": "openai-chat", "max_tokens": "128", "input_tokens": "128"}}
+    a = tmp_path / "a"
+    write_run(a, s)
+    (a / "run.json").write_text(json.dumps(run_json))
+    b = tmp_path / "b"
+    other = {**s, "source": "loadgen", "window": {**s["window"], "duration_s": 15.0}}
+    write_run(b, other)
+    changed = {"options": {**run_json["options"], "api": None, "max_tokens": "512"}}
+    (b / "run.json").write_text(json.dumps(changed))
+    with pytest.raises(BadInput) as exc:
+        compare_dirs(a, b, 0.1)
+    message = str(exc.value)
+    for field in ("source sim vs loadgen", "duration 2s vs 15s", "API openai-chat vs none"):
+        assert field in message
+    assert "output length 128 vs 512" in message and "prompt length" not in message
+    # The same workload with another seed or target is the same workload.
+    same = {**s, "target": "http://elsewhere", "arrival": {**s["arrival"], "seed": 9}}
+    assert compare_dirs(a, write_run(tmp_path / "c", same), 0.1).warnings == []

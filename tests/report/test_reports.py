@@ -100,7 +100,8 @@ def test_sweep_report_and_the_report_command(
     main(["report", str(tmp_path)])  # re-render from the saved files alone; returns = exit 0
     assert "knee" in capsys.readouterr().out
     dom = chromium_dom(tmp_path / "report.html")
-    assert charts_rendered(dom) == (2, 2)
+    # throughput/goodput, latency vs load, the overlaid spectra, and one per step over time
+    assert charts_rendered(dom) == (5, 5)
     assert "50/s" in dom and "300/s" in dom
 
 
@@ -124,9 +125,13 @@ def test_every_string_from_a_run_is_escaped() -> None:
         },
         "rates": {"offered_rps": 1, "throughput_rps": 0, "goodput_rps": 0, "attainment": 0},
         "slos": [{"spec": hostile, "kind": "rate", "value": hostile, "passed": False}],
+        "errors": [
+            {"kind": hostile, "status": 500, "count": 1, "warmup": 0, "samples": [hostile]}
+        ],
     }
-    page = html.run_page(summary, [])
+    page = html.run_page(summary, [], {"command": hostile, "host": hostile})
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 8  # each place it was put
 
 
 def test_report_command_rejects_a_directory_without_results(

@@ -21,7 +21,9 @@ __all__ = ["cli", "main"]
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes become one line on stderr and exit code 2."""
     try:
-        cli.main(args=argv, prog_name="tailwise", standalone_mode=False)
+        args = list(sys.argv[1:] if argv is None else argv)
+        # The command line as typed, for the metadata a report shows (secrets removed there).
+        cli.main(args=argv, prog_name="tailwise", standalone_mode=False, obj={"argv": args})
     except BadInput as exc:
         click.echo(f"tailwise: error: {exc}", err=True)
         sys.exit(2)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from tailwise.cli.options import run_options
+from tailwise.cli.options import invoked_argv, run_options
 from tailwise.errors import BadInput
 
 
@@ -19,6 +19,7 @@ from tailwise.errors import BadInput
 def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
     """Measure URL(s) with an open-loop load generator (several URLs: round-robin)."""
     from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
+    from tailwise.report.meta import collect
     from tailwise.report.text import print_summary
 
     kw["slo"] = list(kw["slo"])
@@ -27,6 +28,8 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
     prepared = prepare(opts)
     directory = run_directory(opts, prepared.targets[0])
     result = execute(prepared, directory)
+    meta = collect(invoked_argv())
+    (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(result.summary, indent=2))
     if not quiet:
@@ -80,14 +83,20 @@ def _search_dir(opts: Any) -> Any:
 
 @click.command()
 @click.argument("urls", nargs=-1, required=True)
-@click.option("--rates", help="10,20,40 (rates per second), or auto.")
-@click.option("--start", default="10/s", show_default=True, help="With --rates auto: first rate.")
+@click.option(
+    "--rates",
+    help="10,20,40 (rates per second); auto (a short closed-loop probe of the maximum "
+    "throughput, then open-loop rates from 20% to 125% of it); or double (from --start, "
+    "doubling until a step fails, then 3 rates inside the last bracket).",
+)
+@click.option("--start", default="10/s", show_default=True, help="With --rates double: first rate.")
 @run_options
 def sweep(
     urls: tuple[str, ...], rates: str, start: str, as_json: bool, quiet: bool, **kw: Any
 ) -> None:
     """Run URL at each offered rate in turn (one run directory per step) and find the knee."""
     from tailwise.loadgen.sweep import Sweep, parse_rates, parse_users
+    from tailwise.report.meta import collect
     from tailwise.report.render import sweep_report
     from tailwise.report.text import print_sweep
     from tailwise.units import parse_rate_rps
@@ -112,8 +121,22 @@ def sweep(
             )
 
     runner = Sweep(opts, out_dir, on_step)
+    runner.extra["meta"] = collect(invoked_argv())
     if users:
         runner.run_users(users)
+    elif rates.strip() == "auto":
+        from tailwise.loadgen.sweep_probe import run_probed
+
+        def on_probe(found: dict[str, Any]) -> None:
+            if not quiet:
+                rates_text = ", ".join(f"{r:g}" for r in found.get("rates", [])) or "none"
+                click.echo(
+                    f"[probe] {found['users']} users, closed loop: at most "
+                    f"{found['throughput_rps']:.1f}/s; open-loop rates {rates_text}",
+                    err=True,
+                )
+
+        run_probed(runner, on_probe=on_probe)
     elif chosen is None:
         runner.run_auto(first)
     else:
@@ -277,3 +300,11 @@ def _print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
     if doc["note"]:
         click.echo(f"note      {doc['note']}", err=stderr)
     click.echo(f"saved     {directory}/knee.json", err=stderr)
+
+
+# sweep and knee choose the rates themselves: --rate (shared with run) is refused there,
+# so their --help does not list it.
+for _command in (sweep, knee):
+    for _param in _command.params:
+        if _param.name == "rate" and isinstance(_param, click.Option):
+            _param.hidden = True

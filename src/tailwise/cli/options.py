@@ -12,6 +12,14 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def invoked_argv() -> list[str] | None:
+    """The arguments tailwise was started with (for a report's metadata), if known."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    argv = obj.get("argv") if isinstance(obj, dict) else None
+    return list(argv) if isinstance(argv, list) else None
+
+
 def run_options(f: F) -> F:
     """The load-generator options of run, sweep and knee."""
     opts = [
@@ -174,6 +182,11 @@ def run_options(f: F) -> F:
             "--stop-on-slo-loss",
             is_flag=True,
             help="Stop sending once an SLO can no longer pass (judged over all workers).",
+        ),
+        click.option(
+            "--percentiles",
+            help="Percentiles to show, vLLM-bench style: 50,90,99,99.9 (others are "
+            "added to summary.json under p<q>).",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print summary.json to stdout."),
         click.option("-q", "--quiet", is_flag=True, help="No terminal summary."),

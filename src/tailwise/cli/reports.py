@@ -40,15 +40,42 @@ def report(directory: Path, quiet: bool) -> None:
     show_default=True,
     help="Relative worsening of B against A that counts as a regression.",
 )
+@click.option(
+    "--allow-different",
+    is_flag=True,
+    help="Compare even when A and B ran different workloads (rate, arrival, API, lengths, "
+    "duration, source); a warning says which.",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write an HTML report with A and B overlaid on the same charts.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON to stdout.")
-def compare(a: str, b: str, threshold: str, as_json: bool) -> None:
-    """Compare run B with run A (or sweep B with sweep A); exit 1 if B regressed."""
+def compare(
+    a: str,
+    b: str,
+    threshold: str,
+    allow_different: bool,
+    report_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Compare run B with run A (or sweep B with sweep A); exit 1 if B regressed.
+
+    A and B must have run the same workload, else exit 2 naming what differs.
+    """
     from tailwise.report.compare import compare_dirs, parse_threshold, print_comparison
 
-    result = compare_dirs(a, b, parse_threshold(threshold))
+    result = compare_dirs(a, b, parse_threshold(threshold), allow_different=allow_different)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     print_comparison(result, stderr=as_json)
+    if report_path is not None:
+        from tailwise.report.render import render_compare
+
+        written = render_compare(Path(a), Path(b), result.to_json(), report_path)
+        click.echo(f"report      {written}", err=as_json)
     sys.exit(result.exit_code)
 
 

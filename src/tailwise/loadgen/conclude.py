@@ -24,6 +24,7 @@ from tailwise.loadgen.prepare import Prepared, plan_window_end
 from tailwise.loadgen.sessions import SessionLoop, sessions_section
 from tailwise.metrics import derive
 from tailwise.metrics.client import CLIENT_FILE, ClientLag, client_doc
+from tailwise.metrics.error_samples import ErrorSamples
 from tailwise.metrics.histogram import interval_histograms, write_hlog
 from tailwise.metrics.steady import auto_start_ns
 from tailwise.metrics.summary import RunInfo, summarize
@@ -179,13 +180,20 @@ def run_info(
         stopped_early=stopped_early,
         rows_on_disk=rows_on_disk,
         llm=p.streaming,
+        percentiles=p.percentiles,
     )
 
 
 def client_part(out: Outcome) -> dict[str, Any]:
     """What one process knows of the client's side: its loop's lag, its CPU, failed connects."""
     failures = getattr(out.transport, "connect_failures", None) or {}
-    return {"lag": out.lag, "load": out.load, "connect_failures": dict(failures)}
+    samples = getattr(out.transport, "samples", None)
+    return {
+        "lag": out.lag,
+        "load": out.load,
+        "connect_failures": dict(failures),
+        "error_samples": samples.doc() if isinstance(samples, ErrorSamples) else [],
+    }
 
 
 def client_info(info: RunInfo, parts: list[dict[str, Any] | None]) -> None:
@@ -200,6 +208,8 @@ def client_info(info: RunInfo, parts: list[dict[str, Any] | None]) -> None:
         for why, n in (part or {}).get("connect_failures", {}).items():
             failures[why] = failures.get(why, 0) + n
     info.connect_failures = failures
+    for part in parts:
+        info.error_samples.merge((part or {}).get("error_samples"))
 
 
 def template_overhead(p: Prepared, records: Records, counted_by: str) -> dict[str, Any] | None:
@@ -268,6 +278,7 @@ def write_outputs(
 ) -> None:
     (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     doc = client_doc(info.client_lag, info.client_load, info.connect_failures)
+    doc["error_samples"] = info.error_samples.doc()
     (directory / CLIENT_FILE).write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     ok = records.error == 0
     lat = derive.latency_ns(records)

@@ -48,6 +48,7 @@ from tailwise.loadgen.llm_stream import Timings
 from tailwise.loadgen.openai import TokenCounter
 from tailwise.loadgen.targets import Target
 from tailwise.loadgen.transport import OnDone
+from tailwise.metrics.error_samples import ErrorSamples
 from tailwise.records import RecordBlock, error_code
 
 SWEEP_S = 0.01
@@ -325,6 +326,7 @@ class HttpTransport:
         self._t0 = 0
         self.closing = False
         self.connect_failures: dict[str, int] = {}  # why connections failed, and how often
+        self.samples = ErrorSamples()  # the first bodies of failed answers, per (kind, status)
         # The engine calls ``send`` once per request: with one target it is the pool's own
         # dispatch, with no round-robin hop in between.
         self.send: Callable[[RecordBlock, int], None] = (

@@ -38,12 +38,16 @@ from tailwise.clock import now_ns
 from tailwise.loadgen.llm_stream import Timings
 from tailwise.loadgen.openai import TokenCounter
 from tailwise.loadgen.transport import OnDone
-from tailwise.records import RecordBlock, error_code
+from tailwise.metrics.error_samples import ErrorSamples
+from tailwise.records import ERROR_KINDS, RecordBlock, error_code
 
 OK, HTTP_4XX, HTTP_5XX = error_code(""), error_code("http_4xx"), error_code("http_5xx")
 RESET, PROTOCOL, TIMEOUT = error_code("reset"), error_code("protocol"), error_code("timeout")
 CONNECT = error_code("connect")
 HEAD_MAX_BYTES = 65_536  # how much of a response is kept to read its headers at a close
+# A 4xx/5xx answer keeps reading into ``head`` past its headers (bounded by HEAD_MAX_BYTES)
+# so that its body can be sampled; told by the status line's first digit: "HTTP/1.1 4".
+ERROR_DIGITS = (b"4", b"5")
 
 
 class StreamOwner(Protocol):
@@ -56,6 +60,7 @@ class StreamOwner(Protocol):
     on_answer: Callable[[int, str], None] | None  # (seq, answer text): multi-turn sessions
     # seq -> (cached prompt tokens, llama.cpp timings), for rows where the server said
     server_notes: dict[int, tuple[int | None, Timings | None]]
+    samples: ErrorSamples
 
 
 class ConnPool(Protocol):
@@ -143,11 +148,14 @@ class Conn(asyncio.Protocol):
         head = self.head
         if head is None:
             self.head = data
-            self.head_open = b"\r\n\r\n" not in data  # one search per response
+            # One search per response; an error answer keeps its body's start too.
+            self.head_open = b"\r\n\r\n" not in data or data[9:10] in ERROR_DIGITS
         elif self.head_open:  # headers split across reads (rare): see ends_at_close
             head += data
             self.head = head
-            self.head_open = len(head) < HEAD_MAX_BYTES and b"\r\n\r\n" not in head
+            self.head_open = len(head) < HEAD_MAX_BYTES and (
+                b"\r\n\r\n" not in head or head[9:10] in ERROR_DIGITS
+            )
         self.nbytes += len(data)
         try:
             self.parser.feed_data(data)
@@ -174,6 +182,8 @@ class Conn(asyncio.Protocol):
         block.status[j] = status
         if status >= 400:
             block.error[j] = HTTP_5XX if status >= 500 else HTTP_4XX
+        if block.error[j]:
+            self.sample(block.error[j], status)
         block.bytes_in[j] = self.nbytes
         self.block = None
         self.served += 1
@@ -187,6 +197,10 @@ class Conn(asyncio.Protocol):
                 pool.idle.append(self)
         else:
             self.transport.close()
+
+    def sample(self, code: int, status: int) -> None:
+        """Keep the body of a failed answer (the error path only; bounded per kind)."""
+        self.pool.owner.samples.add_response(ERROR_KINDS[code], status, self.head)
 
     def fail(self, code: int) -> None:
         block = self.block
@@ -221,6 +235,7 @@ class Conn(asyncio.Protocol):
             block.status[self.j] = status
             if status >= 400:
                 block.error[self.j] = HTTP_5XX if status >= 500 else HTTP_4XX
+                self.sample(block.error[self.j], status)
             block.bytes_in[self.j] = self.nbytes
             self.pool.on_done(block, self.j)
         self.fail(RESET)

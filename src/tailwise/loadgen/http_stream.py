@@ -5,7 +5,8 @@ from __future__ import annotations
 from tailwise.loadgen.http_conn import Conn, ConnPool
 from tailwise.loadgen.llm_stream import MALFORMED, Chunk, Timings, classify, classify_answer
 from tailwise.loadgen.sse import SSEParser
-from tailwise.records import RecordBlock, error_code
+from tailwise.metrics.error_samples import SAMPLE_BYTES
+from tailwise.records import ERROR_KINDS, RecordBlock, error_code
 
 _TRUNCATED, _STREAM_ERROR, _MALFORMED, _TOO_LARGE = (
     error_code("truncated"),
@@ -23,13 +24,27 @@ MAX_EVENT_BYTES = 4 << 20
 MAX_STREAM_CHUNKS = 1 << 18
 
 
+def is_event_stream(head: bytes | None) -> bool:
+    """Whether a response's headers say ``Content-Type: text/event-stream``."""
+    if head is None:
+        return False
+    end = head.find(b"\r\n\r\n")
+    headers = (head if end < 0 else head[:end]).lower()
+    at = headers.find(b"\ncontent-type:")
+    if at < 0:
+        return False
+    line_end = headers.find(b"\n", at + 1)
+    return b"text/event-stream" in headers[at : len(headers) if line_end < 0 else line_end]
+
+
 class StreamConn(Conn):
     """A connection whose responses are LLM token streams (Server-Sent Events).
 
     Every content chunk's arrival time is the arrival of the read that carried
     it (``t_last``): chunks that arrive together share a time, as they did on
     the wire. A stream that ends without ``[DONE]`` or a finish reason is
-    ``truncated``; an error event is ``stream_error``; unparsable data is
+    ``truncated``; an answer with no stream event and no ``text/event-stream`` type
+    (plain JSON, say) is ``not_a_stream``; an error event is ``stream_error``; unparsable data is
     ``malformed_chunk``; a stream over the memory bounds above is ``too_large``
     (the connection is dropped). Partial data (first token, chunk times) is kept.
     """
@@ -39,6 +54,7 @@ class StreamConn(Conn):
         "chunks",
         "events",
         "finished",
+        "lead",
         "prompt_tokens",
         "reasoning_chunks",
         "reasoning_text",
@@ -68,11 +84,14 @@ class StreamConn(Conn):
         self.reasoning_chunks = 0  # events carrying reasoning_content (or reasoning)
         self.reasoning_usage: int | None = None
         self.reasoning_text: list[str] = []  # kept only when tokens are counted locally
+        self.lead = b""  # the body's start until its first event: a sample if it is none
 
     def on_body(self, body: bytes) -> None:
         block = self.block
         if block is None or self.parser.get_status_code() >= 300:
             return
+        if not self.events and len(self.lead) < SAMPLE_BYTES:
+            self.lead += body[:SAMPLE_BYTES]
         for etype, data in self.sse.feed(body):
             c = classify(data, etype)
             if not c.done and c.error is None:
@@ -146,6 +165,10 @@ class StreamConn(Conn):
             self._keep(block, self.j)
             if self.stream_err:
                 block.error[self.j] = self.stream_err
+            elif not self.events and not self.finished and not is_event_stream(self.head):
+                # A plain (JSON, HTML) answer to a streaming request: the endpoint does not
+                # stream (wrong --api, or a proxy), which a cut stream would hide.
+                block.error[self.j] = _NOT_A_STREAM
             elif not self.finished or self.sse.close():
                 block.error[self.j] = _TRUNCATED
             elif not self.events:
@@ -156,6 +179,12 @@ class StreamConn(Conn):
             if on_answer is not None and block.error[self.j] == 0:
                 on_answer(block.base + self.j, "".join(self.text))
         super().on_message_complete()
+
+    def sample(self, code: int, status: int) -> None:
+        if status >= 300:
+            super().sample(code, status)
+        else:  # a 2xx that failed as a stream: what its body began with
+            self.pool.owner.samples.add(ERROR_KINDS[code], status, self.lead)
 
     def fail(self, code: int) -> None:
         if self.block is not None:

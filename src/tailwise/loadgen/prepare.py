@@ -48,6 +48,7 @@ from tailwise.loadgen.targets import (
 )
 from tailwise.loadgen.trace_bodies import Replay, read_replay, trace_prompts
 from tailwise.loadgen.watch import LossWatch, Sequential, plan_looks
+from tailwise.metrics.percentiles import parse_percentiles
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.units import parse_count, parse_duration_ns, parse_fraction
 
@@ -112,6 +113,7 @@ class RunOptions:
     # Ray cluster to spread them over.
     workers: int | str | None = None
     ray: str | None = None
+    percentiles: str | None = None  # --percentiles 50,90,99,99.9: the ones to show
 
 
 @dataclass
@@ -146,6 +148,7 @@ class Prepared:
     share: tuple[int, int] = (0, 1)  # (index, count): this process's share of the plan
     scrape: ScrapePlan | None = None  # the server's /metrics, scraped by the driver
     sessions: SessionPlan | None = None  # multi-turn sessions (--turns), with their state
+    percentiles: tuple[float, ...] = ()  # --percentiles, parsed
 
     @property
     def scaled_out(self) -> bool:
@@ -313,7 +316,9 @@ def prepare(o: RunOptions) -> Prepared:
         if o.max_in_flight
         else min(DEFAULT_MAX_IN_FLIGHT, budget)
     )
+    shown = parse_percentiles(o.percentiles) if o.percentiles else ()
     prepared = Prepared(
+        percentiles=shown,
         opts=o,
         targets=targets,
         payloads=payloads,

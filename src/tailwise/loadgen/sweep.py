@@ -32,7 +32,7 @@ SCHEMA = "tailwise.sweep/1"
 # Invalid steps that do not end a sweep or a knee search: the client's lag could have
 # decided this step's verdict, but the next, heavier step can still be judged.
 GO_ON_CAUSES = frozenset({"client"})
-RATES_FORM = "a comma-separated list of rates such as 10,20,40 or 10/s,20/s, or auto"
+RATES_FORM = "a comma-separated list of rates such as 10,20,40 or 10/s,20/s, auto or double"
 AUTO_MAX_STEPS = 10
 
 
@@ -47,8 +47,8 @@ def parse_users(text: str) -> list[int]:
 
 
 def parse_rates(text: str) -> list[float] | None:
-    """``"10,20,40"`` -> [10.0, 20.0, 40.0], sorted; ``"auto"`` -> None."""
-    if text.strip() == "auto":
+    """``"10,20,40"`` -> [10.0, 20.0, 40.0], sorted; ``"auto"`` or ``"double"`` -> None."""
+    if text.strip() in ("auto", "double"):
         return None
     parts = [p for p in text.split(",") if p.strip()]
     if not parts:
@@ -119,6 +119,7 @@ class Sweep:
         self.on_step = on_step or (lambda *a: None)
         self.steps: list[Step] = []
         self.note = ""
+        self.extra: dict[str, Any] = {}  # more for sweep.json (an auto sweep's probe)
 
     def run_step(self, rate_rps: float, index: int, total: int, users: int | None = None) -> Step:
         """One step: open loop at ``rate_rps``, or closed loop with ``users`` when given."""
@@ -193,6 +194,7 @@ class Sweep:
     def write(self) -> dict[str, Any]:
         first = self.steps[0].summary if self.steps else {}
         doc = sweep_json(self.steps, first.get("target"), list(self.base.slo), self.note)
+        doc.update(self.extra)
         (self.out_dir / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
         return doc
 

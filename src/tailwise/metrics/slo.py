@@ -12,6 +12,13 @@ Three kinds:
   so they can only push the statistic up: errors are misses.
 * **rate**: ``error_rate<=1%``, ``attainment>=99%``, ``goodput>=90/s``,
   ``throughput>=100/s``.
+
+k6's threshold syntax is accepted beside these (:func:`parse_k6`):
+``p(99)<500ms``, ``p(95)<=1s``, ``avg<200``, ``med<100``, ``max<2s`` (objectives
+on latency, or on another metric named first: ``ttft:p(99)<1s``; a bare number
+is milliseconds, as in k6) and ``rate<0.01`` (the error rate). A strict ``<`` is
+kept strict: the threshold becomes the next value below it (1 ns less for a
+duration), so ``p(99)<500ms`` fails at exactly 500 ms, as in k6.
 """
 
 from __future__ import annotations
@@ -33,12 +40,18 @@ from tailwise.units import parse_duration_ns, parse_fraction, parse_rate_rps
 SLO_FORM = (
     "metric<=duration[@attainment%] (e.g. latency<=200ms), "
     "stat(metric)<=duration (e.g. p99(latency)<=200ms, mean(ttft)<=1s), "
-    "or error_rate<=1%, attainment>=99%, goodput>=50/s, throughput>=50/s; "
+    "or error_rate<=1%, attainment>=99%, goodput>=50/s, throughput>=50/s, "
+    "or k6's p(99)<500ms, avg<200, rate<0.01; "
     f"metrics: {', '.join(sorted(METRICS))}"
 )
 _DEADLINE = re.compile(r"^\s*([a-z_]+)\s*<=\s*([^@]+?)\s*(?:@\s*(.+))?$")
 _OBJECTIVE = re.compile(r"^\s*(p[0-9.]+|mean|max)\s*\(\s*([a-z_]+)\s*\)\s*<=\s*(.+?)\s*$")
 _RATE = re.compile(r"^\s*(error_rate|attainment|goodput|throughput)\s*(<=|>=)\s*(.+?)\s*$")
+_K6 = re.compile(
+    r"^\s*(?:([a-z_]+)\s*:\s*)?(p\(\s*([0-9.]+)\s*\)|avg|med|max)\s*(<=|<)\s*([0-9.]+[a-z]*)\s*$"
+)
+_K6_RATE = re.compile(r"^\s*rate\s*(<=|<)\s*([0-9.]+%?)\s*$")
+K6_FORM = "a k6 threshold such as p(99)<500ms, p(95)<=1s, avg<200 (ms), ttft:p(99)<1s or rate<0.01"
 _RATE_KEYS = {
     "error_rate": "error_rate",
     "attainment": "attainment",
@@ -66,8 +79,46 @@ class SLO:
         return self.metric in LLM_ONLY
 
 
+def parse_k6(spec: str) -> SLO | None:
+    """A k6-style threshold as an SLO, or None when ``spec`` is not written in k6's syntax."""
+    if m := _K6_RATE.match(spec):
+        op, value = m.groups()
+        share = parse_fraction(value, "--slo")
+        if op == "<":
+            if share <= 0.0:
+                raise BadInput("--slo", spec, "rate<X with X above 0 (rate<0 can never hold)")
+            share = math.nextafter(share, -math.inf)
+        return SLO(spec, "rate", "error_rate", share, stat="error_rate")
+    if not (m := _K6.match(spec)):
+        return None
+    metric, stat, q, op, value = m.groups()
+    metric = metric or "latency"
+    _check_metric(metric, spec)
+    if q is not None:
+        try:
+            qv = float(q)
+        except ValueError:
+            raise BadInput("--slo", spec, K6_FORM) from None
+        if not 0 < qv <= 100:
+            raise BadInput("--slo", spec, "a percentile between p(0) and p(100), e.g. p(99)")
+        stat = f"p{q}"
+    else:
+        stat = {"avg": "mean", "med": "p50"}.get(stat, stat)
+    bare = re.fullmatch(r"[0-9.]+", value) is not None
+    threshold = parse_duration_ns(value + "ms" if bare else value, "--slo")
+    if op == "<":
+        if threshold <= 0:
+            raise BadInput("--slo", spec, "a threshold above 0 (a statistic < 0 can never hold)")
+        threshold -= 1
+    return SLO(spec, "objective", metric, threshold, stat=stat)
+
+
 def parse_slo(text: str, default_target: float = 0.99) -> SLO:
+    if not isinstance(text, str) or len(text) > 200:
+        raise BadInput("--slo", str(text)[:40], SLO_FORM)
     spec = text.strip()
+    if (k6 := parse_k6(spec)) is not None:
+        return k6
     if m := _RATE.match(spec):
         name, op, value = m.groups()
         if op != _RATE_DIRECTION[name]:

@@ -26,6 +26,7 @@ import numpy as np
 
 from tailwise.metrics import derive
 from tailwise.metrics.client import ClientLag, bounds_view, receive_lag_ns
+from tailwise.metrics.error_samples import ErrorSamples, breakdown
 from tailwise.metrics.intervals import annotate
 from tailwise.metrics.littles import littles_law
 from tailwise.metrics.percentiles import distribution_ms, nearest_rank
@@ -67,6 +68,8 @@ class RunInfo:
     client_lag: ClientLag | None = None  # the load generator's receive-lag probe
     client_load: dict[str, Any] | None = None  # cpu_s, cpu_share, load_avg_1m, cores
     connect_failures: dict[str, int] = field(default_factory=dict)  # why connects failed
+    error_samples: ErrorSamples = field(default_factory=ErrorSamples)  # failed answers' bodies
+    percentiles: tuple[float, ...] = ()  # --percentiles: the ones to show, computed beside the rest
 
 
 def _counts(r: Records, rows: np.ndarray) -> dict[str, Any]:
@@ -162,14 +165,14 @@ def _judged_value(entry: dict[str, Any]) -> Any:
 
 
 def _llm_sections(
-    r: Records, window_ok: np.ndarray, done_in: np.ndarray, t_s: float
+    r: Records, window_ok: np.ndarray, done_in: np.ndarray, t_s: float, extra: tuple[float, ...]
 ) -> dict[str, Any]:
     """LLM distributions over window-scheduled ok requests; ``output_tps`` over the
     tokens of requests *completed* in the window (throughput's population), so a
     saturated server's token rate is not inflated by answers that finished later."""
 
     def dist(values: np.ndarray) -> dict[str, Any]:
-        return distribution_ms(values[window_ok & (values >= 0)])
+        return distribution_ms(values[window_ok & (values >= 0)], extra)
 
     out_tokens = r.output_tokens[window_ok & (r.output_tokens >= 0)]
     in_tokens = r.input_tokens[window_ok & (r.input_tokens >= 0)]
@@ -183,7 +186,7 @@ def _llm_sections(
         "ttft_ms": dist(derive.ttft_ns(r)),
         "service_ttft_ms": dist(derive.service_ttft_ns(r)),
         "tpot_ms": dist(derive.tpot_ns(r)),
-        "itl_ms": distribution_ms(derive.itl_gaps_ns(r, window_ok)),
+        "itl_ms": distribution_ms(derive.itl_gaps_ns(r, window_ok), extra),
         "tokens": {
             "output_tps": out_done / t_s if t_s else 0.0,
             # The same population (completed in the window): prompt tokens the server took
@@ -264,10 +267,11 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
         "arrival": info.arrival,
         "window": {"start_s": start / 1e9, "end_s": end / 1e9, "duration_s": t_s},
         "requests": requests,
+        "errors": breakdown(r, info.error_samples),
         "rates": rates,
-        "latency_ms": distribution_ms(derive.latency_ns(r)[window & ok]),
-        "service_ms": distribution_ms(derive.service_ns(r)[window & ok]),
-        "send_lag_ms": distribution_ms(derive.send_lag_ns(r)[sent_window]),
+        "latency_ms": distribution_ms(derive.latency_ns(r)[window & ok], info.percentiles),
+        "service_ms": distribution_ms(derive.service_ns(r)[window & ok], info.percentiles),
+        "send_lag_ms": distribution_ms(derive.send_lag_ns(r)[sent_window], info.percentiles),
         "ttft_ms": None,
         "itl_ms": None,
         "tpot_ms": None,
@@ -285,8 +289,10 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
     if info.llm:
         start, end = info.window_ns
         done_in = ok & (r.done_ns >= start) & (r.done_ns < end)
-        summary.update(_llm_sections(r, window & ok, done_in, t_s))
+        summary.update(_llm_sections(r, window & ok, done_in, t_s, info.percentiles))
         summary["reasoning"] = reasoning_section(r, window & ok)
+    if info.percentiles:
+        summary["percentiles"] = list(info.percentiles)
     if info.mode == "closed":
         summary["concurrency"] = info.concurrency
         summary["note"] = (

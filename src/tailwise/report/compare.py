@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tailwise.errors import BadInput
+from tailwise.report.workload import differences, run_workload, sweep_workload
 from tailwise.units import parse_fraction
 
 SUMMARY_SCHEMA = "tailwise.summary/1"
@@ -145,6 +146,7 @@ class Comparison:
     verdicts: dict[str, str] | None = None  # runs only: {"a": ..., "b": ...}
     invalid: list[str] = field(default_factory=list)  # why no gate can be drawn
     notes: list[str] = field(default_factory=list)  # informational
+    warnings: list[str] = field(default_factory=list)  # workloads differ (--allow-different)
 
     @property
     def regressions(self) -> list[Metric]:
@@ -171,6 +173,7 @@ class Comparison:
             "verdicts": self.verdicts,
             "invalid": self.invalid,
             "notes": self.notes,
+            "warnings": self.warnings,
             "exit_code": self.exit_code,
         }
 
@@ -299,16 +302,43 @@ def _read_json(file: Path, name: str, schema: str) -> dict[str, Any]:
     return doc
 
 
-def compare_dirs(a: str | Path, b: str | Path, threshold: float) -> Comparison:
-    """Load both directories (same kind, else BadInput) and compare B against A."""
+def workload_differences(
+    kind: str, a: Path, doc_a: dict[str, Any], b: Path, doc_b: dict[str, Any]
+) -> list[str]:
+    """What differs between A's and B's workloads (see :mod:`tailwise.report.workload`)."""
+    if kind == "sweep":
+        return differences(sweep_workload(doc_a, a), sweep_workload(doc_b, b))
+    return differences(run_workload(doc_a, a), run_workload(doc_b, b))
+
+
+def compare_dirs(
+    a: str | Path, b: str | Path, threshold: float, *, allow_different: bool = False
+) -> Comparison:
+    """Load both directories (same kind, else BadInput) and compare B against A.
+
+    Runs under different workloads are refused (BadInput naming the fields) unless
+    ``allow_different``; then the comparison carries a warning naming them.
+    """
     kind_a, doc_a = load(a, "A")
     kind_b, doc_b = load(b, "B")
     if kind_a != kind_b:
         raise BadInput("B", f"a {kind_b} directory", f"the same kind as A (a {kind_a} directory)")
     names = (str(a), str(b))
+    differ = workload_differences(kind_a, Path(a), doc_a, Path(b), doc_b)
+    if differ and not allow_different:
+        raise BadInput(
+            "B", "; ".join(differ), "the workload of A (or --allow-different to compare anyway)"
+        )
     if kind_a == "sweep":
-        return compare_sweeps(doc_a, doc_b, threshold, names)
-    return compare_runs(doc_a, doc_b, threshold, names)
+        c = compare_sweeps(doc_a, doc_b, threshold, names)
+    else:
+        c = compare_runs(doc_a, doc_b, threshold, names)
+    if differ:
+        c.warnings.append(
+            "A and B ran DIFFERENT workloads (" + "; ".join(differ) + "): the deltas below "
+            "mix the change under test with the change in load"
+        )
+    return c
 
 
 # ---- rendering ------------------------------------------------------------------------
@@ -374,10 +404,8 @@ def _table(c: Comparison) -> Table:
 def render(c: Comparison) -> Group:
     """The comparison as rich renderables: header, table, then one line per finding."""
     limit = f"{100 * c.threshold:g}%"
-    parts: list[Any] = [
-        Text(f"A  {c.a}\nB  {c.b}", "bold"),
-        _table(c),
-    ]
+    parts: list[Any] = [Text(f"WARNING     {w}", "bold red") for w in c.warnings]
+    parts += [Text(f"A  {c.a}\nB  {c.b}", "bold"), _table(c)]
     for m in c.regressions:
         parts.append(Text(f"REGRESSION  {regression_line(m, c.threshold)}", "bold red"))
     if not c.regressions:

@@ -1,31 +1,43 @@
-"""One self-contained HTML file per run or sweep: no CDN, no external file, works offline.
+"""One self-contained HTML file per run, sweep or comparison: no CDN, no external file.
 
-Charts are the PNGs of :mod:`tailwise.report.plot`, embedded as data URIs.
-Every string that comes from a run (target URL, SLO specs, error kinds,
-verdict reasons) passes through :func:`html.escape`; nothing is inserted raw.
-A tiny inline script records how many charts decoded (``data-charts-rendered``
-on ``<body>``) so a headless browser test can check the page really renders.
+Charts are PNGs (:mod:`tailwise.report.charts`) embedded as data URIs, each in a
+``<figure>`` whose caption states what it shows and lists the SLO thresholds it
+draws as ``<li class="slo-line">`` (the image's alt text says the same). Every
+string that comes from a run (target URL, SLO specs, error kinds and bodies,
+verdict reasons, the command line) passes through :func:`esc`; nothing is
+inserted raw. A tiny inline script records how many charts decoded
+(``data-charts-rendered`` on ``<body>``) so a headless browser test can check
+that the page really renders.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
-from tailwise.report.text import DIST_ROWS
+from tailwise.report.charts import Chart
+from tailwise.report.text import DIST_ROWS, error_message
 
-_DISTS = DIST_ROWS  # the rows of the terminal summary, in its order
 _QS = ("p50", "p90", "p95", "p99", "p999", "max", "mean", "count")
+_Q_LABEL = {"p999": "p99.9"}
 _STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:60rem;color:#222}
-h1{font-size:1.3rem}h2{font-size:1.1rem;margin-top:2rem}
+body{font:14px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:62rem;color:#222;padding:0 1rem}
+h1{font-size:1.35rem}h2{font-size:1.12rem;margin-top:2rem;border-bottom:1px solid #ddd}
+h3{font-size:1rem}
 table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.2rem .7rem;text-align:right}
 th{border-bottom:1px solid #999}td:first-child,th:first-child{text-align:left}
+table.meta th{text-align:left;border:none;color:#555;font-weight:normal}
+table.meta td{text-align:left}
 .pass{color:#1a7f37;font-weight:bold}.fail{color:#cf222e;font-weight:bold}
-.invalid{color:#9a6700;font-weight:bold}img{max-width:100%;display:block;margin:1rem 0}
-.note{color:#555}code{background:#f3f3f3;padding:0 .2rem}
+.invalid,.inconclusive{color:#9a6700;font-weight:bold}
+tr.untrusted td{background:#fff8e1}
+figure{margin:1.2rem 0}img{max-width:100%;display:block}
+figcaption{color:#444;font-size:.92rem}
+.note{color:#555}code{background:#f3f3f3;padding:0 .2rem;word-break:break-all}
+pre{background:#f6f6f6;padding:.4rem;white-space:pre-wrap;word-break:break-all;max-width:40rem}
+.warning{color:#cf222e;font-weight:bold;border:2px solid #cf222e;padding:.5rem}
 """
 _SCRIPT = """
 window.addEventListener('load', function () {
@@ -35,129 +47,179 @@ window.addEventListener('load', function () {
   document.body.setAttribute('data-charts-total', String(imgs.length));
 });
 """
+META_ROWS = (
+    ("command", "command line"),
+    ("tool_version", "tailwise version"),
+    ("date_utc", "date"),
+    ("host", "host"),
+    ("cpus", "CPU count"),
+    ("target", "target"),
+    ("slos", "SLOs"),
+)
 
 
-def _e(value: Any) -> str:
+def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _ms(v: Any) -> str:
+def ms(v: Any) -> str:
     if v is None:
         return "-"
     return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.2f} ms"
 
 
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img class="chart" alt="{_e(path.stem)}" src="data:image/png;base64,{data}">'
-
-
-def _page(title: str, body: list[str]) -> str:
+def page(title: str, body: Iterable[str]) -> str:
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{_e(title)}</title><style>{_STYLE}</style>"
+        f"<title>{esc(title)}</title><style>{_STYLE}</style>"
         f"<script>{_SCRIPT}</script></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
 
 
-def _verdict(verdict: str, reason: str) -> str:
-    cls = verdict if verdict in ("pass", "fail", "invalid") else "note"
-    return f"<p>verdict <span class='{cls}'>{_e(verdict.upper())}</span> {_e(reason)}</p>"
+def figure(chart: Chart, chart_id: str) -> str:
+    """A chart as a figure: the PNG (alt text), its title and the SLO lines it draws."""
+    data = base64.b64encode(chart.path.read_bytes()).decode("ascii")
+    lines = "".join(
+        f"<li class='slo-line' data-slo='{esc(line)}'>SLO line: {esc(line)}</li>"
+        for line in chart.slo_lines
+    )
+    listed = f"<ul class='slo-lines'>{lines}</ul>" if lines else ""
+    return (
+        f"<figure class='chart' id='{esc(chart_id)}'>"
+        f"<img class='chart' alt='{esc(chart.alt)}' src='data:image/png;base64,{data}'>"
+        f"<figcaption>{esc(chart.title)}{listed}</figcaption></figure>"
+    )
 
 
-def _dist_table(s: dict[str, Any]) -> str:
-    head = "".join(f"<th>{_e(q)}</th>" for q in _QS)
+def meta_table(meta: dict[str, Any]) -> str:
     rows = []
-    for label, key in _DISTS:
+    for key, label in META_ROWS:
+        value = meta.get(key)
+        if value is None or value == "" or value == []:
+            value = "not recorded"
+        if isinstance(value, list):
+            value = ", ".join(str(v) for v in value)
+        shown = f"<code>{esc(value)}</code>" if key in ("command", "target") else esc(value)
+        rows.append(f"<tr data-meta='{esc(key)}'><th>{esc(label)}</th><td>{shown}</td></tr>")
+    return f"<table class='meta' id='meta'>{''.join(rows)}</table>"
+
+
+def verdict_line(verdict: str, reason: str) -> str:
+    cls = verdict if verdict in ("pass", "fail", "invalid", "inconclusive") else "note"
+    return f"<p>verdict <span class='{cls}'>{esc(verdict.upper())}</span> {esc(reason)}</p>"
+
+
+def dist_table(s: dict[str, Any]) -> str:
+    head = "".join(f"<th>{esc(_Q_LABEL.get(q, q))}</th>" for q in _QS)
+    rows = []
+    for label, key in DIST_ROWS:
         d = s.get(key)
         if not d:
             continue
         cells = "".join(
-            f"<td>{_e(d.get(q, '-'))}</td>" if q == "count" else f"<td>{_ms(d.get(q))}</td>"
+            f"<td>{esc(d.get(q, '-'))}</td>" if q == "count" else f"<td>{ms(d.get(q))}</td>"
             for q in _QS
         )
-        rows.append(f"<tr><td>{_e(label)}</td>{cells}</tr>")
-    return f"<table><tr><th></th>{head}</tr>{''.join(rows)}</table>"
+        rows.append(f"<tr><td>{esc(label)}</td>{cells}</tr>")
+    return f"<table class='dist'><tr><th></th>{head}</tr>{''.join(rows)}</table>"
 
 
-def _slo_table(s: dict[str, Any]) -> str:
+def slo_table(s: dict[str, Any]) -> str:
     rows = []
     for slo in s.get("slos", []):
         value = slo.get("attainment", slo.get("value"))
-        shown = f"{value:.2%}" if slo.get("kind") == "deadline" else _e(value)
+        if slo.get("kind") == "deadline" and isinstance(value, int | float):
+            shown = f"{value:.2%}"
+        elif slo.get("kind") == "objective" and isinstance(value, int | float):
+            shown = ms(value)
+        elif isinstance(value, int | float) and str(slo.get("spec", "")).lstrip().startswith(
+            ("error", "attain", "rate")
+        ):
+            shown = f"{value:.2%}"
+        elif isinstance(value, int | float):
+            shown = f"{value:.1f}/s"
+        else:
+            shown = esc(value)
         mark = "pass" if slo.get("passed") else "fail"
         rows.append(
-            f"<tr><td><code>{_e(slo.get('spec'))}</code></td><td>{_e(slo.get('kind'))}</td>"
+            f"<tr><td><code>{esc(slo.get('spec'))}</code></td><td>{esc(slo.get('kind'))}</td>"
             f"<td>{shown}</td><td class='{mark}'>{mark}</td></tr>"
         )
     return (
-        "<table><tr><th>SLO</th><th>kind</th><th>value</th><th></th></tr>"
+        "<table class='slos'><tr><th>SLO</th><th>kind</th><th>value</th><th></th></tr>"
         + "".join(rows)
-        + ("</table>")
+        + "</table>"
     )
 
 
-def run_page(s: dict[str, Any], charts: list[Path]) -> str:
-    target = s["target"] if isinstance(s["target"], str) else ", ".join(s["target"])
+def errors_table(s: dict[str, Any]) -> str:
+    """Failures by (HTTP status, error kind) with the first answer's body, escaped."""
+    entries = [e for e in s.get("errors") or [] if isinstance(e, dict)]
+    if not entries:
+        errors = (s.get("requests") or {}).get("errors") or {}
+        return f"<p>errors: {esc(errors or 'none')}</p>"
+    rows = []
+    for e in entries:
+        samples = e.get("samples") or []
+        body = str(samples[0]) if samples else ""
+        said = error_message(body) if body else ""
+        sample = f"<b>{esc(said)}</b><pre class='error-body'>{esc(body)}</pre>" if body else "-"
+        rows.append(
+            f"<tr class='error-row'><td>{esc(e.get('status') or '-')}</td>"
+            f"<td>{esc(e.get('kind'))}</td><td>{esc(e.get('count'))}</td>"
+            f"<td>{esc(e.get('warmup'))}</td><td style='text-align:left'>{sample}</td></tr>"
+        )
+    return (
+        "<table class='errors' id='errors'><tr><th>status</th><th>kind</th><th>count</th>"
+        "<th>in warm-up</th><th style='text-align:left'>first answer</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def run_sections(s: dict[str, Any]) -> list[str]:
+    """The body of one run: verdict, accounting, errors, rates, distributions, SLOs."""
     req, rates = s["requests"], s["rates"]
-    body = [
-        f"<h1>tailwise run: {_e(target)}</h1>",
-        f"<p class='note'>{_e(s['mode'])}-loop, arrival {_e(s.get('arrival'))}, window "
-        f"{s['window']['start_s']:.1f}-{s['window']['end_s']:.1f} s</p>",
-        _verdict(s["verdict"], s["verdict_reason"]),
-        "<h2>Accounting</h2>",
+    return [
+        verdict_line(s["verdict"], s["verdict_reason"]),
+        "<h3>Accounting</h3>",
         f"<p>{req['scheduled']} scheduled = {req['ok']} ok + {req['failed']} failed + "
         f"{req['timed_out']} timed out + {req['cancelled']} cancelled + {req['not_sent']} "
-        f"not sent; errors: {_e(req.get('errors') or 'none')}</p>",
-        "<h2>Rates</h2>",
+        "not sent</p>",
+        "<h3>Errors by status</h3>",
+        errors_table(s),
+        "<h3>Rates</h3>",
         f"<p>offered {rates['offered_rps']:.1f}/s, throughput {rates['throughput_rps']:.1f}/s, "
         f"goodput {rates['goodput_rps']:.1f}/s, attainment {rates['attainment']:.2%}</p>",
-        "<h2>Distributions</h2>",
-        _dist_table(s),
-        "<h2>SLOs</h2>",
-        _slo_table(s),
-        "<h2>Charts</h2>",
-        *(_img(p) for p in charts),
+        "<h3>Distributions</h3>",
+        dist_table(s),
+        "<h3>SLOs</h3>",
+        slo_table(s),
     ]
-    return _page(f"tailwise run {target}", body)
 
 
-def _step_name(row: dict[str, Any]) -> str:
-    if row.get("concurrency"):
-        return f"{row['concurrency']} users (closed loop)"
-    return f"{row['offered_rps']:g}/s"
+def _arrival_text(arrival: Any) -> str:
+    if not isinstance(arrival, dict):
+        return str(arrival)
+    rate = arrival.get("rate_rps")
+    parts = [str(arrival.get("process", "?"))]
+    if isinstance(rate, int | float):
+        parts.append(f"{rate:g}/s")
+    parts += [f"{k} {v}" for k, v in arrival.items() if k not in ("process", "rate_rps")]
+    return ", ".join(parts)
 
 
-def sweep_page(doc: dict[str, Any], charts: list[Path]) -> str:
-    steps = doc["steps"]
-    llm = any("ttft_ms" in row for row in steps)
-    dist = "ttft_ms" if llm else "latency_ms"
-    label = "TTFT" if llm else "latency"
-    head = (
-        "<tr><th>rate</th><th>offered</th><th>throughput</th><th>goodput</th><th>attainment</th>"
-        f"<th>{label} p50</th><th>{label} p99</th><th>verdict</th></tr>"
-    )
-    rows = []
-    for row in steps:
-        d = row.get(dist) or {}
-        knee_here = doc.get("knee_rps") is not None and row["offered_rps"] == doc["knee_rps"]
-        mark = " ◀ knee" if knee_here else ""
-        rows.append(
-            f"<tr><td>{_e(_step_name(row))}</td><td>{row['measured_offered_rps']:.1f}</td>"
-            f"<td>{row['throughput_rps']:.1f}</td><td>{row['goodput_rps']:.1f}</td>"
-            f"<td>{row['attainment']:.1%}</td><td>{_ms(d.get('p50'))}</td>"
-            f"<td>{_ms(d.get('p99'))}</td>"
-            f"<td class='{_e(row['verdict'])}'>{_e(row['verdict'])}{mark}</td></tr>"
-        )
-    knee = doc.get("knee_rps")
+def run_page(s: dict[str, Any], charts: list[Chart], meta: dict[str, Any] | None = None) -> str:
+    target = s["target"] if isinstance(s["target"], str) else ", ".join(s["target"])
+    info = {"target": target, "slos": [x.get("spec") for x in s.get("slos", [])], **(meta or {})}
+    info.setdefault("tool_version", s.get("tool_version"))
     body = [
-        f"<h1>tailwise sweep: {_e(doc.get('target'))}</h1>",
-        f"<p>knee: <b>{_e(f'{knee:g}/s' if knee is not None else 'none')}</b>, the highest "
-        "rate at which this step and every lower one met every SLO</p>",
-        f"<p class='note'>SLOs: {_e(', '.join(doc.get('slos', [])) or 'implicit')}"
-        f"{'; ' + _e(doc['note']) if doc.get('note') else ''}</p>",
-        f"<table>{head}{''.join(rows)}</table>",
+        f"<h1>tailwise run: {esc(target)}</h1>",
+        meta_table(info),
+        f"<p class='note'>{esc(s['mode'])}-loop, arrival {esc(_arrival_text(s.get('arrival')))}"
+        f", window {s['window']['start_s']:.1f}-{s['window']['end_s']:.1f} s</p>",
+        *run_sections(s),
         "<h2>Charts</h2>",
-        *(_img(p) for p in charts),
+        *(figure(c, f"chart-{c.path.stem}") for c in charts),
     ]
-    return _page(f"tailwise sweep {doc.get('target')}", body)
+    return page(f"tailwise run {target}", body)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
+
+from tailwise.metrics.percentiles import percentile_key
 
 DIST_ROWS = (
     ("latency", "latency_ms"),
@@ -76,9 +79,53 @@ def _accounting(s: dict[str, Any]) -> Text:
         t.append(
             "\n          errors: " + ", ".join(f"{k} {v}" for k, v in sorted(r["errors"].items()))
         )
+        _error_statuses(t, s.get("errors") or [])
     if r["warmup"]["scheduled"]:
         t.append(f"\n          (+{r['warmup']['scheduled']} warm-up requests, excluded)", "dim")
     return t
+
+
+SAMPLE_COLUMNS = 64  # a sample body on the terminal: one line, this long at most
+MAX_STATUS_LINES = 6
+
+
+def error_message(body: str) -> str:
+    """What a failed answer says: its JSON error message (OpenAI's ``error.message``,
+    FastAPI's ``detail``, a bare ``message`` or ``error`` string), else the body."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    if isinstance(doc, dict):
+        err = doc.get("error")
+        for candidate in (
+            err.get("message") if isinstance(err, dict) else err,
+            doc.get("message"),
+            doc.get("detail"),
+        ):
+            if isinstance(candidate, str) and candidate.strip():
+                return candidate
+    return body
+
+
+def one_line(text: str, width: int = SAMPLE_COLUMNS) -> str:
+    """A body as one printable line: whitespace folded, control characters dropped, cut."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def _error_statuses(t: Text, errors: list[dict[str, Any]]) -> None:
+    """Per (status, kind) in the window: the count and the first answer's body, one line each."""
+    shown = [e for e in errors if e["count"]][:MAX_STATUS_LINES]
+    for e in shown:
+        status = str(e["status"]) if e["status"] else "-"
+        line = f"\n          {status:>3} {e['kind']:<14} {e['count']:>6}"
+        t.append(line)
+        if e["samples"]:
+            t.append(f"  {one_line(error_message(e['samples'][0]))}", "dim")
+    rest = sum(1 for e in errors if e["count"]) - len(shown)
+    if rest > 0:
+        t.append(f"\n          ... {rest} more (status, kind) pairs in summary.json", "dim")
 
 
 def _rates(s: dict[str, Any]) -> Text:
@@ -124,11 +171,22 @@ class _Distributions:
         yield _distributions(self.s, wide=options.max_width >= WIDE)
 
 
+def columns(s: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(heading, summary key) of the distribution columns: ``--percentiles`` when given
+    (then max and mean), else p50 p90 p95 p99 p99.9 max mean."""
+    chosen = s.get("percentiles")
+    if not chosen:
+        return _COLS
+    picked = tuple((f"p{q:g}", percentile_key(q)) for q in chosen)
+    return (*picked, ("max", "max"), ("mean", "mean"))
+
+
 def _distributions(s: dict[str, Any], wide: bool = True) -> Table:
     """Each distribution's row, and under it (dim) its interval per column, in ms."""
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     table.add_column("", style="bold")
-    for label, _ in _COLS:
+    cols = columns(s)
+    for label, _ in cols:
         table.add_column(label, justify="right")
     table.add_column("n", justify="right", style="dim")
     sim = s.get("source") == "sim"
@@ -136,10 +194,10 @@ def _distributions(s: dict[str, Any], wide: bool = True) -> Table:
     for label, key in DIST_ROWS:
         d = s.get(key)
         if d and not (sim and key in ("service_ms", "send_lag_ms")):  # the same as latency / 0
-            table.add_row(label, *[_ms(d.get(k)) for _, k in _COLS], str(d["count"]))
+            table.add_row(label, *[_ms(d.get(k)) for _, k in cols], str(d["count"]))
             ci = d.get("ci")
             if ci and d["count"]:
-                cells = [_span(ci.get(k), wide) if k in ci else "" for _, k in _COLS]
+                cells = [_span(ci.get(k), wide) if k in ci else "" for _, k in cols]
                 table.add_row(Text(f" {level}", "dim"), *[Text(c, "dim") for c in cells], "")
     return table
 
@@ -172,7 +230,7 @@ def _checks(s: dict[str, Any]) -> Text:
         else:
             shown = (
                 f"{100 * value:.2f}%"
-                if slo["spec"].startswith(("error", "attain"))
+                if slo["spec"].lstrip().startswith(("error", "attain", "rate"))
                 else f"{value:.1f}/s"
             )
         line = f"{slo['spec']:<28} {shown}" + ("  (default)" if slo.get("implicit") else "")
@@ -232,7 +290,7 @@ def _slo_span(slo: dict[str, Any], ci: list[float | None]) -> str:
         unit = "ms" if ci[1] is not None and ci[1] < 1000 else ""
         return _span(ci, True) + unit
     lo, hi = ci
-    if slo["kind"] == "deadline" or slo["spec"].startswith(("error", "attain")):
+    if slo["kind"] == "deadline" or slo["spec"].lstrip().startswith(("error", "attain", "rate")):
         return f"{100 * (lo or 0):.2f}-{100 * (hi or 0):.2f}%"
     return f"{lo or 0:.1f}-{hi or 0:.1f}/s"
 

@@ -1,0 +1,116 @@
+"""The charts of one run: its percentile spectrum and its time series.
+
+Drawn with the helpers of :mod:`tailwise.report.charts` (SLO lines, spectrum
+axes, plain ms ticks); used for a run's report and for each step of a sweep's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailwise.metrics import derive
+from tailwise.metrics.slo import SLO
+from tailwise.records import Records
+from tailwise.report.charts import Chart, draw_slos, ms_text, spectrum_axes, spectrum_points
+from tailwise.report.plot import SIZE_IN, plain_ms, pyplot, save
+
+
+def run_spectrum(r: Records, slos: list[SLO], llm: bool, path: Path) -> Chart:
+    """One run's spectrum: latency, and TTFT and TPOT for an LLM run, with their SLO lines."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=SIZE_IN)
+    series = [("latency", derive.latency_ns(r))]
+    if llm:
+        series += [("TTFT", derive.ttft_ns(r)), ("TPOT", derive.tpot_ns(r))]
+    x_max, said, drawn = 10.0, [], []
+    for name, v in series:
+        v = v[r.in_window & (r.error == 0) & (v >= 0)] / 1e6
+        x, y = spectrum_points(v)
+        if len(x):
+            (line,) = ax.plot(x, y, label=name)
+            x_max = max(x_max, float(x[-1]))
+            said.append(f"{name} p99 {ms_text(float(np.quantile(v, 0.99)))}")
+            drawn += draw_slos(ax, slos, name, color=line.get_color())
+    spectrum_axes(ax, x_max)
+    ax.set_ylabel("ms")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    title = ", ".join(said) if said else "No successful request to draw"
+    title += " (latency from the intended send time)" if said else ""
+    ax.set_title(title, fontsize="medium")
+    alt = f"Percentile spectrum. {title}."
+    if drawn:
+        alt += " SLO lines: " + "; ".join(drawn) + "."
+    return Chart(save(fig, path), title, alt, drawn)
+
+
+def over_time(r: Records, summary: dict[str, Any], slos: list[SLO], path: Path) -> Chart:
+    """A run's latency (and TTFT) at each scheduled time, warm-up shaded, SLO lines, with
+    requests in flight and the client's send lag below."""
+    plt = pyplot()
+    llm = bool(summary.get("ttft_ms"))
+    fig, (ax, low) = plt.subplots(
+        2, 1, figsize=(SIZE_IN[0], 5.2), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]}
+    )
+    t_s = r.scheduled_ns / 1e9
+    series = [("latency", derive.latency_ns(r))] + ([("TTFT", derive.ttft_ns(r))] if llm else [])
+    for name, v in series:
+        ok = (v >= 0) & (r.error == 0)
+        ax.scatter(t_s[ok], v[ok] / 1e6, s=3, alpha=0.4, label=name)
+    failed = (r.error != 0) & (r.done_ns >= 0)
+    if failed.any():
+        ax.scatter(
+            t_s[failed],
+            (r.done_ns - r.scheduled_ns)[failed] / 1e6,
+            s=10,
+            marker="x",
+            color="tab:red",
+            label="failed (at its end)",
+        )
+    drawn = []
+    for name, _ in series:
+        drawn += draw_slos(ax, slos, name)
+    window = summary.get("window") or {}
+    start = float(window.get("start_s") or 0.0)
+    if start > 0:
+        ax.axvspan(0, start, color="0.6", alpha=0.25, label="warm-up (excluded)")
+    ax.set_yscale("log")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize="x-small", loc="upper left")
+    ax.grid(alpha=0.3, which="both")
+    plain_ms(ax, "y")
+    lag = derive.send_lag_ns(r)
+    sent = lag >= 0
+    low.plot(t_s[sent], lag[sent] / 1e6, ".", markersize=2, color="tab:gray", label="send lag")
+    low.set_ylabel("send lag (ms)")
+    twin = low.twinx()
+    grid_s, flying = _in_flight(r)
+    twin.step(grid_s, flying, where="post", color="tab:orange", label="in flight")
+    twin.set_ylabel("in flight")
+    twin.set_ylim(bottom=0)
+    low.set_xlabel("scheduled time (s)")
+    if start > 0:
+        low.axvspan(0, start, color="0.6", alpha=0.25)
+    p99 = (summary.get("latency_ms") or {}).get("p99")
+    shown = ms_text(p99) if p99 is not None else "none (no success)"
+    title = f"Latency over time: p99 {shown} in the window"
+    if start > 0:
+        title += f", warm-up ({start:g} s) shaded"
+    ax.set_title(title, fontsize="medium")
+    alt = f"{title}. In flight and send lag below."
+    if drawn:
+        alt += " SLO lines: " + "; ".join(drawn) + "."
+    return Chart(save(fig, path), title, alt, drawn)
+
+
+def _in_flight(r: Records, points: int = 300) -> tuple[np.ndarray, np.ndarray]:
+    done = np.where(r.done_ns >= 0, r.done_ns, r.scheduled_ns)
+    if len(r) == 0:
+        return np.zeros(1), np.zeros(1)
+    grid = np.linspace(float(r.scheduled_ns.min()), float(done.max()), points)
+    started = np.searchsorted(np.sort(r.scheduled_ns), grid, side="right")
+    ended = np.searchsorted(np.sort(done), grid, side="right")
+    return grid / 1e9, started - ended
