@@ -218,8 +218,9 @@ def test_cli_vary_writes_the_study_and_exits_by_every_verdict(
     assert (out / "vary_p99_vs_throughput.png").exists() == has_plot
 
     code, stdout, _ = run_cli(
-        ["simulate", str(scen), "--vary", "replicas=2,3", "--out", str(out), "--json", "-q"], capsys
-    )
+        ["simulate", str(scen), "--vary", "replicas=2,3", "--out", str(out), "--force", "--json"],
+        capsys,
+    )  # the same --out again: an earlier study is replaced only with --force
     assert code == 0 and json.loads(stdout) == json.loads((out / "vary.json").read_text())
 
 

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput
+from tailwise.files import atomic_write_text
 from tailwise.knee import Outcome, knee_rps
+from tailwise.limits import MAX_CONCURRENCY, within
 from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
 from tailwise.units import parse_rate_rps
 from tailwise.version import __version__
@@ -42,7 +44,9 @@ def parse_users(text: str) -> list[int]:
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     if not parts:
         raise BadInput("--concurrency", text, "a list of user counts such as 1,4,16")
-    return sorted({parse_count(p, "--concurrency") for p in parts})
+    users = sorted({parse_count(p, "--concurrency") for p in parts})
+    within("--concurrency", users[-1], MAX_CONCURRENCY, "closed-loop users")
+    return users
 
 
 def parse_rates(text: str) -> list[float] | None:
@@ -186,7 +190,7 @@ class Sweep:
     def write(self) -> dict[str, Any]:
         first = self.steps[0].summary if self.steps else {}
         doc = sweep_json(self.steps, first.get("target"), list(self.base.slo), self.note)
-        (self.out_dir / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
+        atomic_write_text(self.out_dir / "sweep.json", json.dumps(doc, indent=2) + "\n")
         return doc
 
 
