@@ -47,6 +47,8 @@ LAYERS: Layers = (
             "tailwise.version",
             "tailwise.clock",
             "tailwise.units",
+            "tailwise.limits",  # resource budgets every input is sized against
+            "tailwise.files",  # bounded reads, safe YAML, atomic writes
             "tailwise.records",
             "tailwise.distributions",
         ),

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailwise.errors import BadInput
+from tailwise.limits import MAX_PLANNED_REQUESTS, MIN_BURSTINESS, within
 from tailwise.traces import Trace, read_trace
 from tailwise.units import (
     DURATION_FORM,
@@ -38,6 +39,7 @@ from tailwise.units import (
 
 BLOCK = 8_192
 NS = 1_000_000_000
+_FAR_S = 2.0**62 / NS  # about 146 years: beyond every horizon, inside int64 ns
 I64Array = npt.NDArray[np.int64]
 F64Array = npt.NDArray[np.float64]
 
@@ -195,7 +197,9 @@ class Schedule:
             gaps = self.process.gaps(rng, BLOCK)
             u = u_base + np.cumsum(gaps) - (1.0 if first_at_zero else 0.0)
             u_base = float(u[-1]) + (1.0 if first_at_zero else 0.0)
-            t_ns = np.floor(self.profile.to_time_s(u) * NS).astype(np.int64)
+            # Clipped below int64's end: a far instant stays past the horizon, never wraps.
+            t_s = np.minimum(self.profile.to_time_s(u), _FAR_S)
+            t_ns = np.floor(t_s * NS).astype(np.int64)
             t_ns, done = self._clip(t_ns, emitted)
             if len(t_ns):
                 yield t_ns
@@ -297,9 +301,10 @@ def parse_process(text: str, field_name: str = "--arrival") -> Process:
             raise BadInput(
                 field_name, text, "gamma:<burstiness> with burstiness > 0, e.g. gamma:0.5"
             ) from None
-        if not (math.isfinite(b) and 0 < b <= 1e6):
+        if not (math.isfinite(b) and MIN_BURSTINESS <= b <= 1e6):
+            # Below the floor nearly every gap is 0: bursts of hundreds at one instant.
             raise BadInput(
-                field_name, text, "gamma:<burstiness> with burstiness > 0, e.g. gamma:0.5"
+                field_name, text, "gamma:<burstiness> with burstiness from 0.01 to 1e6, e.g. 0.5"
             )
         return Gamma(b)
     raise BadInput(field_name, text, ARRIVAL_FORM)
@@ -376,6 +381,24 @@ def parse_schedule(
     return bounded(process, Steady(parse_rate_rps(rate, "--rate")))
 
 
+def check_planned(schedule: Schedule, field_name: str = "--rate", given: object = None) -> float:
+    """The number of requests ``schedule`` plans, refused above MAX_PLANNED_REQUESTS.
+
+    Sized from the bounds alone (``max_count``, or the rate profile over the
+    horizon), before one offset is drawn: ``--rate 1e9/s --duration 60s`` costs nothing.
+    """
+    planned = math.inf
+    if schedule.trace_ns is not None:
+        planned = float(len(schedule.trace_ns))
+    elif schedule.horizon_ns is not None:
+        planned = expected_count(schedule, schedule.horizon_ns / NS)
+    if schedule.max_count is not None:
+        planned = min(planned, float(schedule.max_count))
+    what = "requests planned (rate x duration)"
+    within(field_name, planned, MAX_PLANNED_REQUESTS, what, given=given)
+    return planned
+
+
 def expected_count(schedule: Schedule, horizon_s: float) -> float:
     """Expected number of arrivals before ``horizon_s`` (used to size buffers)."""
     if schedule.trace_ns is not None:
@@ -393,6 +416,7 @@ __all__: Sequence[str] = [
     "Schedule",
     "Stages",
     "Steady",
+    "check_planned",
     "parse_schedule",
     "read_trace_ns",
 ]

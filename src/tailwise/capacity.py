@@ -151,7 +151,8 @@ def replicas_needed(rate: float, latency_s: float, per_replica: float, utilizati
     ``per_replica`` (N) is the number of requests one replica holds in flight
     before its latency degrades; ``utilization`` (u) the share of it planned on.
     """
-    return _ceil(rate * latency_s / (per_replica * utilization))
+    # At least one: a rate far below one replica's capacity still needs a replica to serve it.
+    return max(1, _ceil(rate * latency_s / (per_replica * utilization)))
 
 
 def mm1_sojourn_quantile(q: float, service_s: float, lam: float) -> float:

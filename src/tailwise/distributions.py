@@ -57,7 +57,7 @@ class Distribution:
         else:
             assert self.samples_ns is not None
             out = rng.choice(self.samples_ns, n, replace=True)
-        result: np.ndarray = np.maximum(np.rint(out), 0).astype(np.int64)
+        result: np.ndarray = np.clip(np.rint(out), 0, _MAX_DRAW_NS).astype(np.int64)
         return result
 
     @property
@@ -75,6 +75,10 @@ class Distribution:
             return ((self.b - self.a) ** 2 / 12.0) / self.mean_ns**2
         assert self.samples_ns is not None
         return float(np.var(self.samples_ns) / np.mean(self.samples_ns) ** 2)
+
+
+_SHAPES = {"lognormal": (1e-6, 5.0), "gamma": (1e-3, 1e6)}
+_MAX_DRAW_NS = 2.0**62  # a draw is clipped below int64's end (146 years), never wrapped
 
 
 def _positive_float(text: str, field: str) -> float:
@@ -106,6 +110,11 @@ def parse_distribution(text: str, field: str = "service") -> Distribution:
         if not comma:
             raise BadInput(field, text, DIST_FORM)
         shape = _positive_float(second, field)
+        # Bounded so the mean and the draws stay finite: lognormal sigma 5 already puts
+        # the mean 268,000x above the median; gamma shape 0.001 has a CV of 32.
+        low, high = _SHAPES[kind]
+        if not low <= shape <= high:
+            raise BadInput(field, text, f"{kind} shape from {low:g} to {high:g}")
         if kind == "lognormal":  # given the median; keep the mean as the common currency
             return Distribution("lognormal", ns(first) * math.exp(shape**2 / 2), shape)
         return Distribution("gamma", ns(first), shape)

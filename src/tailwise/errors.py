@@ -36,7 +36,20 @@ class BadInput(TailwiseError):
         self.field = field
         self.given = given
         self.expected = expected
-        super().__init__(f"{field}: got {given!r}, expected {expected}")
+        # What was given may be a line of any file (trace:/etc/passwd) or a server's
+        # bytes: quoted as a short excerpt with control characters dropped, never whole.
+        shown = repr(excerpt(given)) if isinstance(given, str) else excerpt(repr(given))
+        super().__init__(f"{excerpt(field, 160)}: got {shown}, expected {excerpt(expected, 400)}")
+
+
+EXCERPT_CHARS = 80
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` fit for one line of an error message: control characters (and other
+    unprintable ones, ANSI escapes included) dropped, at most ``limit`` characters."""
+    clean = "".join(c for c in text if c.isprintable())
+    return clean if len(clean) <= limit else clean[: limit - 3] + "..."
 
 
 class MissingExtra(BadInput):

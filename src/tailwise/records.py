@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailwise.errors import BadInput
+from tailwise.files import atomic_writer
 
 I64 = npt.NDArray[np.int64]
 # Small blocks: a new block is allocated (and its pages faulted in) on the event loop
@@ -382,7 +383,7 @@ def write_jsonl(path: Path, r: Records) -> int:
     order; returns the rows written. Used where rows are gathered after the run: a
     scaled-out run's merge, and a run whose records writer died or stalled."""
     capped = r.capped if r.capped is not None else np.zeros(len(r), dtype=np.int8)
-    with open(path, "w", encoding="utf-8") as fh:
+    with atomic_writer(path) as fh:  # all rows or the file as it was, never half of them
         for i in range(0, len(r), WRITE_BATCH):
             part = slice(i, i + WRITE_BATCH)
             cols = {c: getattr(r, c)[part] for c in INT_COLUMNS}

@@ -12,6 +12,7 @@ import math
 import re
 
 from tailwise.errors import BadInput
+from tailwise.limits import MAX_RATE_RPS, MIN_RATE_RPS, within
 
 _NS_PER_UNIT = {
     "ns": 1,
@@ -53,8 +54,9 @@ def parse_rate_rps(text: str, field: str = "rate") -> float:
     if m is None:
         raise BadInput(field, text, RATE_FORM)
     value = float(m.group(1)) * _PER_SECOND[m.group(2) or "s"]
-    if not math.isfinite(value) or value <= 0 or value > 1e9:
-        raise BadInput(field, text, "a positive rate up to 1e9/s, such as 100/s")
+    if not math.isfinite(value) or not MIN_RATE_RPS <= value <= MAX_RATE_RPS:
+        # Below the floor a gap overflows int64 nanoseconds; above it no client keeps up.
+        raise BadInput(field, text, "a rate from 1e-6/s to 1e9/s, such as 100/s")
     return value
 
 
@@ -79,6 +81,13 @@ def parse_count(text: str, field: str, *, minimum: int = 1) -> int:
     if not math.isfinite(value) or value != int(value) or value < minimum or value > 2**53:
         raise BadInput(field, text, f"a whole number >= {minimum}")
     return int(value)
+
+
+def bounded_count(text: str, field: str, limit: int, what: str) -> int:
+    """A whole number from 1 to ``limit`` (:func:`parse_count`'s forms: 1_000, 1e3)."""
+    n = parse_count(text, field)
+    within(field, n, limit, what, given=text)
+    return n
 
 
 def format_duration_ns(ns: int | float) -> str:

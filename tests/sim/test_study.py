@@ -220,8 +220,9 @@ def test_cli_vary_writes_the_study_and_exits_by_every_verdict(
     assert (out / "vary_p99_vs_throughput.png").exists() == has_plot
 
     code, stdout, _ = run_cli(
-        ["simulate", str(scen), "--vary", "replicas=2,3", "--out", str(out), "--json", "-q"], capsys
-    )
+        ["simulate", str(scen), "--vary", "replicas=2,3", "--out", str(out), "--force", "--json"],
+        capsys,
+    )  # the same --out again: an earlier study is replaced only with --force
     assert code == 0 and json.loads(stdout) == json.loads((out / "vary.json").read_text())
 
 
@@ -243,7 +244,7 @@ def test_cli_without_matplotlib_says_so_in_one_line(
     def missing() -> Any:
         raise MissingExtra("charts", "plot", "matplotlib")
 
-    monkeypatch.setattr("tailwise.report.plot._pyplot", missing)
+    monkeypatch.setattr("tailwise.report.plot.pyplot", missing)
     out = tmp_path / "v"
     argv = ["simulate", str(_scenario_file(tmp_path)), "--vary", "replicas=2", "--out", str(out)]
     code, stdout, _ = run_cli(argv, capsys)

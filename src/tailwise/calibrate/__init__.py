@@ -97,6 +97,20 @@ class Calibration:
 Progress = Callable[[int, float], None]
 
 
+def _check_llm_steps(steps: list[Step]) -> None:
+    """An LLM fit needs streamed answers (TTFT and token gaps); plain HTTP runs have none."""
+    streamed = [
+        st for st in steps if st.records.chunk_times and any(c for c in st.records.chunk_times)
+    ]
+    if not streamed:
+        raise BadInput(
+            "--kind",
+            "llm",
+            "runs streamed from an LLM endpoint (--api openai-chat or openai-completions); "
+            "these runs hold no token timings: use --kind http",
+        )
+
+
 def calibrate(
     paths: list[Path],
     *,
@@ -111,6 +125,7 @@ def calibrate(
     steps, notes = load_steps(paths, kind)
     kind = steps[0].kind
     if kind == "llm":
+        _check_llm_steps(steps)
         fit = fit_llm(steps, progress)
     elif kind == "batching":
         fit = fit_batching(steps, max_batch, max_wait_ms)

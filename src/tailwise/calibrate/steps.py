@@ -24,6 +24,7 @@ import numpy as np
 
 from tailwise.errors import BadInput
 from tailwise.metrics.derive import latency_ns, service_ttft_ns, tpot_ns
+from tailwise.metrics.shape import check_summary
 from tailwise.records import Records, read_jsonl
 from tailwise.units import parse_rate_rps
 
@@ -156,7 +157,7 @@ def _located(parent: Path, directory: str) -> Path:
 
 
 def load_step(directory: Path, kind: str | None = None) -> Step:
-    summary = _read_json(directory / "summary.json")
+    summary = check_summary(_read_json(directory / "summary.json"), f"{directory}/summary.json")
     if summary.get("mode") == "closed":
         raise BadInput("RUN_OR_SWEEP_DIR", str(directory), "open-loop runs (this one is closed)")
     run_json = directory / "run.json"

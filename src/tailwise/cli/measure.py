@@ -11,6 +11,7 @@ import click
 
 from tailwise.cli.options import invoked_argv, run_options
 from tailwise.errors import BadInput
+from tailwise.files import atomic_write_text, output_directory
 
 
 @click.command()
@@ -256,7 +257,7 @@ def knee(
             sys.exit(3)
         result, code = exc.result, 3
     doc = result.to_json(slo_specs)
-    (out_dir / "knee.json").write_text(json.dumps(doc, indent=2) + "\n")
+    atomic_write_text(out_dir / "knee.json", json.dumps(doc, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     if not quiet:
@@ -279,8 +280,9 @@ def _sim_knee_setup(scenario: str, kw: dict[str, Any], least: int) -> tuple[Any,
     if kw.get("duration"):
         arrival = sc.arrival.model_copy(update={"duration": kw["duration"]})
         sc = sc.model_copy(update={"arrival": arrival})
-    out_dir = Path(kw.get("out") or f"runs/knee-sim-{Path(scenario).stem}")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = output_directory(
+        Path(kw.get("out") or f"runs/knee-sim-{Path(scenario).stem}"), force=kw.get("force", False)
+    )
     return sim_trial(sc, out_dir, least), out_dir, list(sc.slo)
 
 

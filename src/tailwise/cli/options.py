@@ -100,6 +100,11 @@ def run_options(f: F) -> F:
         click.option("--body", help="Request body: a literal, or @file."),
         click.option("--bodies", help="JSONL file: one body per line, used in turn."),
         click.option("--out", help="Run directory (default runs/<UTC time>-<target>/)."),
+        click.option(
+            "--force",
+            is_flag=True,
+            help="Let --out name a directory that holds an earlier run (its files are replaced).",
+        ),
         click.option("--name", help="Name for the default run directory."),
         click.option("--insecure", is_flag=True, help="Skip TLS certificate verification."),
         click.option(

@@ -63,13 +63,17 @@ def plan_replicas(
 ) -> None:
     """Replicas for a target rate by Little's law, with a utilization ceiling, headroom, N+k."""
     from tailwise import plan as p
+    from tailwise.limits import MAX_IN_FLIGHT, within
     from tailwise.units import parse_count, parse_duration_ns, parse_fraction, parse_rate_rps
 
+    # An Erlang C over the replica's slots follows: their number is bounded first.
+    in_flight = p.parse_positive(per_replica, "--per-replica")
+    within("--per-replica", in_flight, MAX_IN_FLIGHT, "requests in flight", given=per_replica)
     emit_plan(
         p.replicas(
             rate_rps=parse_rate_rps(rate, "--rate"),
             latency_s=parse_duration_ns(latency, "--latency", allow_zero=False) / 1e9,
-            per_replica=p.parse_positive(per_replica, "--per-replica"),
+            per_replica=in_flight,
             utilization=parse_fraction(utilization, "--max-utilization"),
             headroom=parse_fraction(headroom, "--headroom"),
             spares=parse_count(spares, "--spares", minimum=0),
@@ -104,11 +108,12 @@ def plan_queue(
     """M/M/1, M/M/c (Erlang C), M/G/1 (Pollaczek-Khinchine), M/G/c (Allen-Cunneen, an
     approximation) or M/M/c/K (exact, with blocking): waits, queues, percentiles."""
     from tailwise import plan as p
-    from tailwise.units import parse_count, parse_duration_ns, parse_rate_rps
+    from tailwise.limits import MAX_PLANNED_REQUESTS, MAX_SERVERS
+    from tailwise.units import bounded_count, parse_duration_ns, parse_rate_rps
 
     emit_plan(
         p.queue(
-            servers=parse_count(servers, "--servers"),
+            servers=bounded_count(servers, "--servers", MAX_SERVERS, "servers"),
             service_s=parse_duration_ns(service, "--service", allow_zero=False) / 1e9
             if service
             else None,
@@ -122,7 +127,11 @@ def plan_queue(
             if cv
             else None,
             slo=p.parse_latency_slo(slo) if slo else None,
-            max_in_system=parse_count(max_in_system, "--max-in-system") if max_in_system else None,
+            max_in_system=bounded_count(
+                max_in_system, "--max-in-system", MAX_PLANNED_REQUESTS, "requests held"
+            )
+            if max_in_system
+            else None,
         ),
         as_json,
     )
@@ -276,16 +285,25 @@ def plan_capacity(
     and p50/p99 at the target with 95% CIs from simulated replications."""
     from rich.console import Console
 
+    from tailwise.limits import MAX_PLANNED_REQUESTS, MAX_REPLICAS, MAX_RUNS, within
     from tailwise.sim.scenario import load_scenario
     from tailwise.sim.whatif import WhatIf, capacity, with_slos
-    from tailwise.units import parse_rate_rps
+    from tailwise.units import parse_duration_ns, parse_rate_rps
 
     rate_rps = parse_rate_rps(rate, "--rate")
     if replicas is not None and replicas < 1:
         raise BadInput("--replicas", replicas, "a count >= 1")
+    if replicas is not None:
+        within("--replicas", replicas, MAX_REPLICAS, "replicas")
     if replications < 2:
         raise BadInput("--replications", replications, "at least 2 (a CI needs two runs)")
+    within("--replications", replications, MAX_RUNS, "simulations per replica count")
     sc = with_slos(load_scenario(model_path), list(slo))
+    window = sc.arrival.window()
+    if window is not None:  # each check at the target simulates the model's whole window
+        planned = rate_rps * parse_duration_ns(window, "scenario.arrival.duration") / 1e9
+        what_planned = "requests planned (rate x the model's arrival.duration)"
+        within("--rate", planned, MAX_PLANNED_REQUESTS, what_planned, given=rate)
     what = WhatIf(replicas, router, batch_size, hedge, sets)
     with Console(stderr=True).status("planning ...") as status:
         result = capacity(sc, rate_rps, what, replications, status.update)

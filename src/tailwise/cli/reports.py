@@ -9,6 +9,26 @@ from pathlib import Path
 import click
 
 
+def check_saved_summary(path: Path, field: str) -> None:
+    """A run's summary.json read and its shape checked before a renderer indexes into it."""
+    from tailwise.errors import BadInput
+    from tailwise.files import read_bounded_text
+    from tailwise.metrics.shape import check_summary
+
+    file = path if path.suffix == ".json" else path / "summary.json"
+    if not file.is_file() or file.name != "summary.json":
+        return  # not a single run (a sweep, a records file): its own reader checks it
+    text = read_bounded_text(file, field, SUMMARY_MAX_BYTES)
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise BadInput(field, str(file), f"a readable summary.json ({exc})") from None
+    check_summary(doc, f"{field} (summary.json)")
+
+
+SUMMARY_MAX_BYTES = 16 * 1024 * 1024
+
+
 @click.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("-q", "--quiet", is_flag=True, help="Write the files; print nothing.")
@@ -18,6 +38,8 @@ def report(directory: Path, quiet: bool) -> None:
     from tailwise.report.text import print_summary, print_sweep
 
     kind = kind_of(directory)
+    if kind != "sweep":
+        check_saved_summary(directory, "DIR")
     written = render_directory(directory)
     if not quiet:
         doc = json.loads(
@@ -67,6 +89,9 @@ def compare(
     """
     from tailwise.report.compare import compare_dirs, parse_threshold, print_comparison
 
+    for field, where in (("A", a), ("B", b)):
+        if (Path(where) / "summary.json").is_file() or where.endswith(".json"):
+            check_saved_summary(Path(where), field)
     result = compare_dirs(a, b, parse_threshold(threshold), allow_different=allow_different)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))

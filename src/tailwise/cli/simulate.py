@@ -10,12 +10,15 @@ from typing import Any
 import click
 
 from tailwise.errors import BadInput
+from tailwise.files import atomic_write_text, output_directory
+from tailwise.limits import MAX_RUNS, within
 from tailwise.metrics.verdict import exit_code
 
 
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--out", help="Run directory (default runs/<UTC time>-sim-<name>/).")
+@click.option("--force", is_flag=True, help="Let --out name a directory that holds an earlier run.")
 @click.option(
     "--replications",
     type=int,
@@ -35,6 +38,7 @@ from tailwise.metrics.verdict import exit_code
 def simulate(
     scenario: Path,
     out: str | None,
+    force: bool,
     replications: int | None,
     vary: str | None,
     as_json: bool,
@@ -53,11 +57,14 @@ def simulate(
     from tailwise.sim import study
     from tailwise.sim.run import simulate as run_scenario
     from tailwise.sim.run import write_run
-    from tailwise.sim.scenario import load_scenario
+    from tailwise.sim.scenario import load_scenario, system_spec
 
     if replications is not None and replications < 2:
         raise BadInput("--replications", replications, "at least 2 (leave it out for one run)")
     varied = study.parse_vary(vary) if vary is not None else None
+    runs = (replications or 1) * (len(varied[1]) if varied is not None else 1)
+    given = replications if varied is None else f"{runs} runs"
+    within("--replications", runs, MAX_RUNS, "simulations in one study", given)
     sc = load_scenario(scenario)
     if out:
         directory = Path(out)
@@ -65,6 +72,10 @@ def simulate(
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         slug = re.sub(r"[^A-Za-z0-9.]+", "-", sc.name).strip("-") or "scenario"
         directory = Path("runs") / f"{stamp}-sim-{slug}"
+    if sc.llm is None:
+        system_spec(sc)  # cross-checks and event budgets, before anything is written
+    # Checked before the simulation, created after it (a --vary value may still be refused).
+    directory = output_directory(directory, force=force, create=False)
     if replications is not None or varied is not None:
         from tailwise.errors import MissingExtra
         from tailwise.report.plot import vary_p99_vs_throughput
@@ -75,13 +86,8 @@ def simulate(
             else:
                 doc = study.replications(sc, replications or 2, tick)
         saved = directory / ("vary.json" if varied else "replications.json")
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            saved.write_text(json.dumps(doc, indent=2) + "\n")
-        except OSError as exc:
-            raise BadInput(
-                "--out", str(directory), f"a writable directory ({exc.strerror})"
-            ) from None
+        output_directory(directory, force=True)
+        atomic_write_text(saved, json.dumps(doc, indent=2) + "\n")
         lines = [f"saved     {saved}"]
         if varied is not None:
             try:

@@ -66,6 +66,23 @@ def duration_ns(value: Duration, field: str) -> int:
     return parse_duration_ns(value, field, allow_zero=False)
 
 
+MAX_LATENCY_NS = 2**62  # 146 years: past it a value is a bug in the caller, not a latency
+
+
+def checked_ns(latency_ns: object) -> int:
+    """A latency as whole ns, or BadInput: NaN, infinities, negatives, values past 2**62
+    and non-numbers are refused here, before they can poison a histogram's percentiles."""
+    if isinstance(latency_ns, int) and not isinstance(latency_ns, bool):
+        value = latency_ns
+    elif isinstance(latency_ns, float) and math.isfinite(latency_ns):
+        value = round(latency_ns)
+    else:
+        raise BadInput("latency_ns", latency_ns, "a finite duration in ns >= 0")
+    if not 0 <= value <= MAX_LATENCY_NS:
+        raise BadInput("latency_ns", latency_ns, "a duration in ns from 0 to 2**62")
+    return value
+
+
 class LatencyTracker:
     """Thread- and asyncio-safe live latency of one kind of request and its stages."""
 
@@ -101,9 +118,7 @@ class LatencyTracker:
 
     def record(self, latency_ns: int, ok: bool = True) -> None:
         """One finished request: its latency in ns (>= 0) and whether it succeeded."""
-        if latency_ns < 0:
-            raise BadInput("latency_ns", latency_ns, "a duration in ns >= 0")
-        self._main.record(latency_ns, ok)
+        self._main.record(checked_ns(latency_ns), ok)
 
     def record_stage(self, path: str, latency_ns: int, ok: bool = True) -> None:
         """One finished stage (by name, or ``parent/child`` path) of ``latency_ns``."""
@@ -111,9 +126,7 @@ class LatencyTracker:
         if series is None:
             with self._stages_lock:
                 series = self._stages.setdefault(path, self._series())
-        if latency_ns < 0:
-            raise BadInput("latency_ns", latency_ns, "a duration in ns >= 0")
-        series.record(latency_ns, ok)
+        series.record(checked_ns(latency_ns), ok)
 
     def request(self, name: str = "") -> Scope:
         """Times one request into this tracker; stages inside nest under it."""

@@ -11,12 +11,14 @@ pieces over the workers' merged records.
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tailwise.files import OutputError, atomic_write_text
 from tailwise.loadgen import server_view
 from tailwise.loadgen.attack import Engine
 from tailwise.loadgen.execute import Executed, Outcome
@@ -135,11 +137,11 @@ def writer_state(directory: Path, records: Records, rows_on_disk: int | None) ->
     state = "failed" if rows_on_disk is None else "short"
     try:
         written = write_jsonl(directory / "records.jsonl", records)
-    except OSError as exc:
+    except OutputError as exc:
         return {
             "state": state,
             "rows_on_disk": rows_on_disk,
-            "note": f"records.jsonl could not be rewritten ({exc.strerror})",
+            "note": f"records.jsonl could not be rewritten ({exc.reason})",
         }
     live = "an unknown number of" if rows_on_disk is None else str(rows_on_disk)
     return {
@@ -276,10 +278,42 @@ def write_outputs(
     window: tuple[int, int],
     info: RunInfo,
 ) -> None:
-    (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    """summary.json, the client file and latency.hlog, each written whole or not at all.
+
+    When ``directory`` cannot take them (disk full, made read-only mid-run), what was
+    measured is not lost: the summary and every record still in memory go to a rescue
+    directory under the system's temporary directory, and the one-line error names it.
+    """
+    try:
+        _write_outputs(directory, records, summary, t0_unix_s, window, info)
+    except OutputError as exc:
+        raise OutputError(exc.path, exc.os_error, rescue(records, summary)) from None
+
+
+def rescue(records: Records, summary: dict[str, Any]) -> str:
+    """Save the summary and records where they can go; say where (or that nothing could)."""
+    try:
+        where = Path(tempfile.mkdtemp(prefix="tailwise-rescue-"))
+        write_jsonl(where / "records.jsonl", records)
+        atomic_write_text(where / "summary.json", json.dumps(summary, indent=2) + "\n")
+    except (OSError, OutputError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+        return f"no rescue copy could be written either ({reason})"
+    return f"the summary and {len(records)} records were saved in {where} instead"
+
+
+def _write_outputs(
+    directory: Path,
+    records: Records,
+    summary: dict[str, Any],
+    t0_unix_s: float,
+    window: tuple[int, int],
+    info: RunInfo,
+) -> None:
+    # The summary goes last: a summary.json on disk means the files beside it are whole.
     doc = client_doc(info.client_lag, info.client_load, info.connect_failures)
     doc["error_samples"] = info.error_samples.doc()
-    (directory / CLIENT_FILE).write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    atomic_write_text(directory / CLIENT_FILE, json.dumps(doc, separators=(",", ":")) + "\n")
     ok = records.error == 0
     lat = derive.latency_ns(records)
     write_hlog(
@@ -291,3 +325,4 @@ def write_outputs(
             f"-{window[1] / 1e9:.3f}s; warm-up intervals included; intervals by completion time]"
         ],
     )
+    atomic_write_text(directory / "summary.json", json.dumps(summary, indent=2) + "\n")

@@ -34,6 +34,7 @@ import numpy as np
 
 from tailwise.arrivals import expected_count
 from tailwise.clock import now_ns
+from tailwise.files import atomic_write_text
 from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
 from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.looplag import LoopLag
@@ -456,7 +457,9 @@ def execute_local(p: Prepared, directory: Path, transport: Transport | None = No
     """Run the whole plan in this process, writing ``run.json`` and ``records.jsonl``."""
     started_unix = time.time()
     tr = transport or http_transport(p)
-    (directory / "run.json").write_text(json.dumps(run_json(p, started_unix), indent=2) + "\n")
+    atomic_write_text(
+        directory / "run.json", json.dumps(run_json(p, started_unix), indent=2) + "\n"
+    )
     provisional = p.horizon_ns if p.horizon_ns is not None else 2**62
     sink = RecordSink(directory / "records.jsonl", (p.warmup_ns, provisional))
     try:

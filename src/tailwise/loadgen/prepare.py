@@ -25,8 +25,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tailwise.arrivals import Schedule, parse_schedule
+from tailwise.arrivals import Schedule, check_planned, parse_schedule
 from tailwise.errors import BadInput
+from tailwise.files import output_directory
+from tailwise.limits import (
+    MAX_CONCURRENCY,
+    MAX_IN_FLIGHT,
+    MAX_PROMPT_WORDS,
+    MAX_RAY_WORKERS,
+    MAX_WORKERS_PER_CORE,
+    within,
+)
 from tailwise.loadgen import openai
 from tailwise.loadgen.exact_prompts import exact_prompts
 from tailwise.loadgen.server_metrics import ScrapePlan, plan_scrape
@@ -86,6 +95,7 @@ class RunOptions:
     body: str | None = None
     bodies: str | None = None
     out: str | None = None
+    force: bool = False  # --out may name a directory that holds an earlier run
     name: str | None = None
     insecure: bool = False
     progress: bool | None = None
@@ -219,6 +229,10 @@ def _llm_bodies(
         n = openai.N_PROMPTS
         lengths = openai.sample_lengths(str(o.input_tokens), "--input-tokens", n, rng)
         prefix = parse_count(str(o.shared_prefix), "--shared-prefix", minimum=0)
+        # Sized before a word is drawn: 256 prompts of a million words are 1.8 GB of text.
+        words = sum(max(n_words - prefix, 1) for n_words in lengths) + prefix
+        what = f"words over the {n} synthetic prompts (use --prompts for longer contexts)"
+        within("--input-tokens", words, MAX_PROMPT_WORDS, what, given=o.input_tokens)
         if counter is not None:
             prompts = list(exact_prompts(counter, lengths, o.seed, prefix, nonce))
         else:
@@ -271,7 +285,15 @@ def _nonce(o: RunOptions) -> str:
     return openai.new_nonce()
 
 
+def check_seed(seed: object, field: str = "--seed") -> int:
+    """A schedule seed: NumPy's generators take a whole number from 0 to 2**64 - 1."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise BadInput(field, seed, "a whole number from 0 to 2**64 - 1")
+    return seed
+
+
 def prepare(o: RunOptions) -> Prepared:
+    check_seed(o.seed)
     warmup_ns = 0 if o.warmup == "auto" else parse_duration_ns(o.warmup, "--warmup")
     horizon_ns, max_count = _window(o, warmup_ns)
     replay = read_replay(o.arrival, o.trace_speed, horizon_ns, max_count)
@@ -290,6 +312,8 @@ def prepare(o: RunOptions) -> Prepared:
     if not slos:
         slos = [SLO("error_rate<=1%", "rate", "error_rate", 0.01, stat="error_rate", implicit=True)]
     concurrency = parse_count(str(o.concurrency), "--concurrency") if o.concurrency else None
+    if concurrency is not None:
+        within("--concurrency", concurrency, MAX_CONCURRENCY, "closed-loop users")
     schedule = None
     if concurrency is None:
         schedule = parse_schedule(
@@ -302,6 +326,9 @@ def prepare(o: RunOptions) -> Prepared:
         )
         if horizon_ns is None:
             horizon_ns = schedule.horizon_ns  # stages bound the run themselves
+        field_name, given = ("--rate", o.rate) if o.rate is not None else ("--arrival", o.arrival)
+        over = f" for {o.duration}" if o.duration and o.requests is None else ""
+        check_planned(schedule, field_name, f"{given}{over}")
     elif o.rate is not None:
         raise BadInput(
             "--rate", o.rate, "no rate with --concurrency (closed loop sets its own pace)"
@@ -316,6 +343,7 @@ def prepare(o: RunOptions) -> Prepared:
         if o.max_in_flight
         else min(DEFAULT_MAX_IN_FLIGHT, budget)
     )
+    within("--max-in-flight", cap, MAX_IN_FLIGHT, "outstanding requests")
     shown = parse_percentiles(o.percentiles) if o.percentiles else ()
     prepared = Prepared(
         percentiles=shown,
@@ -407,7 +435,14 @@ def parse_workers(text: int | str | None, *, ray: bool) -> int | None:
     """``--workers``: N, or ``auto`` (this machine's cores; with ``--ray``, the cluster's CPUs)."""
     if text is None or str(text).strip() == "auto":
         return None if ray or text is None else available_cores()
-    return parse_count(str(text), "--workers")
+    n = parse_count(str(text), "--workers")
+    if ray:
+        within("--workers", n, MAX_RAY_WORKERS, "Ray workers")
+    else:
+        cores = available_cores()
+        what = f"worker processes ({MAX_WORKERS_PER_CORE} per core, {cores} cores here)"
+        within("--workers", n, MAX_WORKERS_PER_CORE * cores, what)
+    return n
 
 
 def run_directory(o: RunOptions, target: Target) -> Path:
@@ -421,13 +456,7 @@ def run_directory(o: RunOptions, target: Target) -> Path:
         while path.exists():
             path = Path("runs") / f"{stamp}-{name}-{n}"
             n += 1
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(
-            "--out", str(path), f"a directory that can be created ({exc.strerror})"
-        ) from None
-    return path
+    return output_directory(path, force=o.force)
 
 
 def plan_window_end(p: Prepared, rows: int, last_scheduled_ns: int) -> int:

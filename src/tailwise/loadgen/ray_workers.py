@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import os
 import shutil
 import socket
 import tempfile
@@ -24,6 +25,7 @@ import time
 import uuid
 import zlib
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,8 @@ def _exit_reason(proc: Any) -> str:
 
 ADDRESS_FORM = "auto, local, HOST:6379 or ray://HOST:10001"
 CONNECT_TIMEOUT_S = 5.0
+LOCAL_NODE_IP = "127.0.0.1"  # --ray local binds here, never on every interface
+RAY_CLUSTERS_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray keeps to loopback
 
 
 def _check_reachable(address: str) -> None:
@@ -147,6 +151,35 @@ def _check_reachable(address: str) -> None:
         raise BadInput("--ray", address, f"a Ray cluster that answers ({exc})") from None
 
 
+@contextlib.contextmanager
+def loopback_only(ray: Any) -> Iterator[None]:
+    """While a local cluster starts: every Ray service (GCS, raylet, object manager,
+    workers, the driver) binds 127.0.0.1, reachable from no other host.
+
+    On Linux Ray rewrites a loopback ``_node_ip_address`` to the machine's routable
+    address and its servers listen on every interface; it keeps loopback only where
+    clusters are off (its macOS/Windows default). That switch is read from the
+    environment by the processes ``ray.init`` starts, and from ``ray_constants`` by
+    this driver; both are set for the start and restored after it. Checked with
+    ``ss -ltnp`` on Ray 2.60: without it the GCS and raylet listened on ``*``.
+    """
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    before_env = os.environ.get(RAY_CLUSTERS_ENV)
+    before_flag = getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    os.environ[RAY_CLUSTERS_ENV] = "0"
+    if constants is not None and before_flag is not None:
+        constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        if before_env is None:
+            os.environ.pop(RAY_CLUSTERS_ENV, None)
+        else:
+            os.environ[RAY_CLUSTERS_ENV] = before_env
+        if constants is not None and before_flag is not None:
+            constants.ENABLE_RAY_CLUSTER = before_flag
+
+
 def connect(ray: Any, address: str) -> bool:
     """Join (or start, for ``local``) a Ray cluster; True if this call started the session."""
     if ray.is_initialized():
@@ -155,7 +188,8 @@ def connect(ray: Any, address: str) -> bool:
         _check_reachable(address)
     try:
         if address == "local":
-            ray.init(include_dashboard=False)
+            with loopback_only(ray):
+                ray.init(include_dashboard=False, _node_ip_address=LOCAL_NODE_IP)
         else:
             ray.init(address=address)
     except (ConnectionError, RuntimeError, ValueError) as exc:

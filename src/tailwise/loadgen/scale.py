@@ -45,6 +45,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from tailwise.errors import BadInput
+from tailwise.files import OutputError, atomic_write_text
 from tailwise.loadgen import scale_merge as merge
 from tailwise.loadgen.conclude import (
     RunResult,
@@ -257,7 +258,10 @@ class Driver:
             end_ns = min(end_ns, max(self._stop_ns(), p.warmup_ns + 1))
         records.in_window = (records.scheduled_ns >= p.warmup_ns) & (records.scheduled_ns < end_ns)
         start_ns, warmup = auto_warmup(p, records, (p.warmup_ns, end_ns))
-        rows = write_jsonl(self.directory / "records.jsonl", records)
+        try:
+            rows: int | None = write_jsonl(self.directory / "records.jsonl", records)
+        except OutputError:
+            rows = None  # write_outputs fails the same way and rescues the records
         notes = self._notes(records)
         info = run_info(
             p,
@@ -361,7 +365,7 @@ class Driver:
                 for w in self.states
             ],
         }
-        (self.directory / "run.json").write_text(json.dumps(doc, indent=2) + "\n")
+        atomic_write_text(self.directory / "run.json", json.dumps(doc, indent=2) + "\n")
 
 
 def _kind(r: Records, kind: str) -> np.ndarray:

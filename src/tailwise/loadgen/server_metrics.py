@@ -19,6 +19,7 @@ off. The API key is never sent to the metrics URL.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import ssl
 import threading
@@ -83,9 +84,10 @@ def fetch(url: str, timeout_s: float, insecure: bool = False) -> str:
         urllib.request.HTTPSHandler(context=_ssl(insecure)),
     )
     request = urllib.request.Request(url, headers={"Accept": "text/plain"})
+    deadline = time.monotonic() + timeout_s
     try:
         with opener.open(request, timeout=timeout_s) as resp:
-            body: bytes = resp.read(MAX_BODY_BYTES + 1)
+            body = _read_by(resp, deadline)
     except urllib.error.HTTPError as exc:
         raise ScrapeError(f"http_{exc.code}") from None
     except TimeoutError:
@@ -94,9 +96,27 @@ def fetch(url: str, timeout_s: float, insecure: bool = False) -> str:
         reason = getattr(exc, "reason", exc)
         kind = "timeout" if isinstance(reason, TimeoutError) else "unreachable"
         raise ScrapeError(kind) from None
+    except http.client.HTTPException:  # a broken answer: cut chunks, a bad status line
+        raise ScrapeError("malformed") from None
     if len(body) > MAX_BODY_BYTES:
         raise ScrapeError("too_large")
     return body.decode("utf-8", errors="replace")
+
+
+def _read_by(resp: Any, deadline: float) -> bytes:
+    """The body, read by ``deadline`` (monotonic s): a socket timeout bounds one read only,
+    and a server that trickles bytes forever would hold the scrape (and the run) with it."""
+    parts: list[bytes] = []
+    size = 0
+    while size <= MAX_BODY_BYTES:
+        if time.monotonic() > deadline:
+            raise ScrapeError("timeout")
+        part: bytes = resp.read1(READ_BYTES) if hasattr(resp, "read1") else resp.read(READ_BYTES)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
 
 
 def _ssl(insecure: bool) -> ssl.SSLContext:
@@ -105,6 +125,9 @@ def _ssl(insecure: bool) -> ssl.SSLContext:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     return ctx
+
+
+READ_BYTES = 65_536
 
 
 class ScrapeError(Exception):

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput
+from tailwise.files import atomic_write_text
 from tailwise.knee import Outcome, knee_rps, steps_band
+from tailwise.limits import MAX_CONCURRENCY, within
 from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
 from tailwise.metrics.verdict import point_passed, settled
 from tailwise.units import parse_rate_rps
@@ -43,7 +45,9 @@ def parse_users(text: str) -> list[int]:
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     if not parts:
         raise BadInput("--concurrency", text, "a list of user counts such as 1,4,16")
-    return sorted({parse_count(p, "--concurrency") for p in parts})
+    users = sorted({parse_count(p, "--concurrency") for p in parts})
+    within("--concurrency", users[-1], MAX_CONCURRENCY, "closed-loop users")
+    return users
 
 
 def parse_rates(text: str) -> list[float] | None:
@@ -195,7 +199,7 @@ class Sweep:
         first = self.steps[0].summary if self.steps else {}
         doc = sweep_json(self.steps, first.get("target"), list(self.base.slo), self.note)
         doc.update(self.extra)
-        (self.out_dir / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
+        atomic_write_text(self.out_dir / "sweep.json", json.dumps(doc, indent=2) + "\n")
         return doc
 
 

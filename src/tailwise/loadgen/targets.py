@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from tailwise.errors import BadInput
 
@@ -51,16 +51,39 @@ def parse_url(url: str, field: str = "URL") -> Target:
         raise BadInput(
             field, "<url with credentials>", "a URL without user:password (use --header)"
         )
-    path = parts.path or "/"
+    host = _ascii_host(parts.hostname, url, field)
+    # The request line is ASCII: a non-ASCII or control character in the path or query
+    # goes percent-encoded as UTF-8 (what curl and browsers send); %XX escapes stay.
+    path = quote(parts.path or "/", safe=_URL_SAFE)
+    query = quote(parts.query, safe=_URL_SAFE)
     shown = path
-    if parts.query:
-        path += "?" + parts.query
+    if query:
+        path += "?" + query
         # Query values may be credentials (?key=...): sent, never shown or saved.
-        shown += "?" + "&".join(p.split("=", 1)[0] + "=***" for p in parts.query.split("&"))
+        shown += "?" + "&".join(p.split("=", 1)[0] + "=***" for p in query.split("&"))
     scheme = parts.scheme
     port = port or (443 if scheme == "https" else 80)
-    safe = f"{scheme}://{parts.netloc}{shown}"
-    return Target(safe, scheme, parts.hostname, port, path)
+    netloc = parts.netloc if host == parts.hostname else parts.netloc.replace(parts.hostname, host)
+    safe = f"{scheme}://{netloc}{shown}"
+    return Target(safe, scheme, host, port, path)
+
+
+# RFC 3986 reserved and unreserved characters, and '%' (an escape already made).
+_URL_SAFE = "/:@!$&'()*+,;=-._~%?[]"
+
+
+def _ascii_host(hostname: str, url: str, field: str) -> str:
+    """The host as it goes on the wire: an internationalised name in its IDNA form."""
+    if hostname.isascii():
+        if any(c.isspace() or not c.isprintable() for c in hostname):
+            raise BadInput(field, url, URL_FORM)
+        return hostname
+    if not hostname.isprintable():
+        raise BadInput(field, url, URL_FORM)
+    try:
+        return hostname.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise BadInput(field, url, URL_FORM + " (a host name IDNA can encode)") from None
 
 
 def parse_header(text: str) -> tuple[str, str]:

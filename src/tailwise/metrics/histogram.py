@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from tailwise.files import atomic_write_text
+
 LOWEST_NS = 1_000
 HIGHEST_NS = 3_600 * 1_000_000_000
 SIGNIFICANT_DIGITS = 3
@@ -98,7 +100,7 @@ def write_hlog(
         payload = h.encode().decode("ascii")
         max_ms = h.get_max_value() / MAX_VALUE_UNIT_RATIO
         lines.append(f"{index * interval_s:.3f},{interval_s:.3f},{max_ms:.3f},{payload}")
-    path.write_text("\n".join(lines) + "\n")
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def read_hlog(path: Path) -> list[Any]:

@@ -327,7 +327,9 @@ def compare_dirs(
     differ = workload_differences(kind_a, Path(a), doc_a, Path(b), doc_b)
     if differ and not allow_different:
         raise BadInput(
-            "B", "; ".join(differ), "the workload of A (or --allow-different to compare anyway)"
+            "B",
+            "another workload",
+            f"the workload of A, but {'; '.join(differ)} (or --allow-different to compare anyway)",
         )
     if kind_a == "sweep":
         c = compare_sweeps(doc_a, doc_b, threshold, names)

@@ -14,6 +14,7 @@ import platform
 import shlex
 import socket
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from tailwise.metrics.error_samples import REDACTED, redact
 from tailwise.version import __version__
@@ -26,8 +27,24 @@ def _arg(text: str) -> str:
     for option in SECRET_OPTIONS:
         if option.startswith("--") and text.startswith(option + "="):
             return f"{option}={REDACTED}"
+    text = _masked_url(text)
     cut = text if len(text) <= MAX_ARG_CHARS else text[:MAX_ARG_CHARS] + "..."
     return redact(cut)
+
+
+def _masked_url(text: str) -> str:
+    """A URL as the run's outputs show a target: no user or password, query values masked
+    (``?key=...`` is how some gateways take an API key)."""
+    if not text.lower().startswith(("http://", "https://")):
+        return text
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return REDACTED
+    query = "&".join(p.split("=", 1)[0] + f"={REDACTED}" for p in parts.query.split("&") if p)
+    return urlunsplit((parts.scheme, host + port, parts.path, query, ""))
 
 
 def command_line(argv: list[str]) -> str:

@@ -70,7 +70,7 @@ class LlmModel(BaseModel):
     prefill_per_token: str = "0.02ms"
     decode_per_seq: str = "0.3ms"
     kv_per_token: str = "0ms"  # attention: per KV token of the decoding sequences (0: none)
-    max_num_seqs: int = Field(default=32, ge=1)
+    max_num_seqs: int = Field(default=32, ge=1, le=1_000_000)
     kv_cache_tokens: int = Field(default=131_072, ge=1)
     prefill_chunk_tokens: int = Field(default=0, ge=0)
     max_waiting: int = Field(default=128, ge=0)
@@ -78,7 +78,7 @@ class LlmModel(BaseModel):
     timeout: str = "60s"
     prompt_tokens: int | str = 128
     output_tokens: int | str = 64
-    prefill_replicas: int = Field(default=0, ge=0)
+    prefill_replicas: int = Field(default=0, ge=0, le=10_000)
     transfer: str = "0ms"
     transfer_per_token: str = "0ms"
     token_times: bool = True

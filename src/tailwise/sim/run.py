@@ -22,6 +22,7 @@ import numpy as np
 from tailwise.arrivals import parse_schedule
 from tailwise.distributions import Distribution, parse_distribution
 from tailwise.errors import BadInput
+from tailwise.files import atomic_write_text, atomic_writer
 from tailwise.metrics import derive
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.metrics.steady import auto_start_ns
@@ -348,11 +349,11 @@ def write_run(directory: Path, run: SimRun, sc: Scenario) -> None:
         raise BadInput(
             "--out", str(directory), f"a directory that can be created ({exc.strerror})"
         ) from None
-    (directory / "summary.json").write_text(json.dumps(run.summary, indent=2) + "\n")
-    (directory / "scenario.json").write_text(json.dumps(sc.model_dump(), indent=2) + "\n")
+    # Records first, summary last, each under a temporary name renamed into place: a
+    # summary.json on disk means a complete run beside it, never a truncated one.
     r = run.records
     cols = {name: getattr(r, name) for name in INT_COLUMNS}
-    with (directory / "records.jsonl").open("w") as f:
+    with atomic_writer(directory / "records.jsonl") as f:
         step = 4096
         for i in range(0, len(r), step):
             part = {k: v[i : i + step] for k, v in cols.items()}
@@ -364,6 +365,8 @@ def write_run(directory: Path, run: SimRun, sc: Scenario) -> None:
                     r.in_window[i : i + step].tolist(),
                 )
             )
+    atomic_write_text(directory / "scenario.json", json.dumps(sc.model_dump(), indent=2) + "\n")
+    atomic_write_text(directory / "summary.json", json.dumps(run.summary, indent=2) + "\n")
 
 
 def sim_trial(

@@ -33,9 +33,19 @@ from pydantic import (
     model_validator,
 )
 
-from tailwise.arrivals import parse_schedule
+from tailwise.arrivals import check_planned, parse_schedule
 from tailwise.distributions import Distribution, parse_distribution
-from tailwise.errors import BadInput
+from tailwise.errors import BadInput, excerpt
+from tailwise.files import read_bounded_text, safe_yaml
+from tailwise.limits import (
+    MAX_FANOUT,
+    MAX_PLANNED_REQUESTS,
+    MAX_REPLICAS,
+    MAX_SERVERS,
+    MAX_SLOW_FACTOR,
+    MAX_TIMED_EVENTS,
+    within,
+)
 from tailwise.metrics.slo import parse_slo
 from tailwise.sim.llm import LlmSpec
 from tailwise.sim.llm_scenario import LlmModel, llm_spec
@@ -69,7 +79,7 @@ class ArrivalModel(_Strict):
     duration: str | None = "60s"
     requests: int | None = Field(default=None, ge=1)
     warmup: str = "auto"  # MSER-5's transient (tailwise.metrics.steady), or a duration
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**64)
 
     def window(self) -> str | None:
         """The duration to use: a stages or trace schedule brings its own length."""
@@ -87,9 +97,10 @@ class ArrivalModel(_Strict):
         if self.window() is not None:
             horizon = parse_duration_ns(self.duration or "", "scenario.arrival.duration")
         try:
-            parse_schedule(
+            schedule = parse_schedule(
                 self.process, self.rate, seed=self.seed, horizon_ns=horizon, max_count=self.requests
             )
+            check_planned(schedule)
         except BadInput as exc:  # the CLI's names (--rate, --arrival) -> the scenario's
             where = _ARRIVAL_FIELDS.get(exc.field)
             if where is None:
@@ -100,7 +111,7 @@ class ArrivalModel(_Strict):
 
 class BatchingModel(_Strict):
     mode: Literal["static", "dynamic"]
-    size: int = Field(ge=1)
+    size: int = Field(ge=1, le=MAX_PLANNED_REQUESTS)
     max_wait: str = "0ms"
     base: str = "0ms"
     per_item: str = "0ms"
@@ -108,9 +119,9 @@ class BatchingModel(_Strict):
 
 class StragglerModel(_Strict):
     slow_replicas: list[int] = []
-    slow_factor: float = Field(default=1.0, ge=1.0)
+    slow_factor: float = Field(default=1.0, ge=1.0, le=MAX_SLOW_FACTOR)
     fraction: str = "0%"
-    factor: float = Field(default=1.0, ge=1.0)
+    factor: float = Field(default=1.0, ge=1.0, le=MAX_SLOW_FACTOR)
 
 
 # What a decided request does with its other legs (system_spec.CANCEL_MODES). The
@@ -119,7 +130,7 @@ CancelMode = Literal["instant", "queued_only", "none"]
 
 
 class FanoutModel(_Strict):
-    n: int = Field(ge=1)
+    n: int = Field(ge=1, le=MAX_FANOUT)
     k: int | None = Field(default=None, ge=1)
     cancel: CancelMode = "queued_only"
 
@@ -133,7 +144,7 @@ class FailuresModel(_Strict):
     mtbf: str  # a distribution: exp:10m is the memoryless classic
     mttr: str
     in_flight: Literal["fail", "retry"] = "fail"
-    max_retries: int = Field(default=2, ge=0)
+    max_retries: int = Field(default=2, ge=0, le=100)
 
     @field_validator("mtbf", "mttr")
     @classmethod
@@ -145,7 +156,7 @@ class AutoscaleModel(_Strict):
     metric: Literal["concurrency", "queue", "p99"] = "concurrency"
     target: float | str  # legs per replica (concurrency, queue) or a duration (p99)
     min: int = Field(default=1, ge=0)
-    max: int = Field(ge=1)
+    max: int = Field(ge=1, le=MAX_REPLICAS)
     interval: str = "15s"  # the Kubernetes HPA's sync period
     cold_start: str = "30s"
     tolerance: str = "10%"
@@ -156,13 +167,13 @@ class _StageFields(_Strict):
     """What one tier of replicas is: shared by a single-stage scenario and each stage."""
 
     service: str = "exp:5ms"
-    replicas: int = Field(default=1, ge=0)  # 0: scale from zero (autoscale.min 0)
-    servers: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)  # 0: scale from zero (autoscale.min 0)
+    servers: int = Field(default=1, ge=1, le=MAX_SERVERS)
     queue_limit: int | None = Field(default=None, ge=0)
     routing: Literal["round_robin", "random", "jsq", "least_outstanding", "power_of_d"] = (
         "round_robin"
     )
-    power_d: int = Field(default=2, ge=1)
+    power_d: int = Field(default=2, ge=1, le=MAX_REPLICAS)
     batching: BatchingModel | None = None
     stragglers: StragglerModel | None = None
     failures: FailuresModel | None = None
@@ -234,6 +245,12 @@ def system_spec(sc: Scenario) -> SystemSpec:
             stage_spec(st, f"scenario.stages.{i}", st.name) for i, st in enumerate(sc.stages)
         )
     one = stage_spec(sc, "scenario", "server")
+    horizon_ns = _horizon_ns(sc.arrival)
+    for where, st in [
+        ("scenario", one),
+        *((f"scenario.stages.{i}", s) for i, s in enumerate(stages)),
+    ]:
+        _check_timed_events(st, where, horizon_ns)
     hedge = hedge_delay(sc.hedge.after, one.service) if sc.hedge else None
     redundancy = sc.fanout or sc.hedge
     return SystemSpec(
@@ -257,6 +274,44 @@ def system_spec(sc: Scenario) -> SystemSpec:
         autoscale=one.autoscale,
         stages=stages,
     )
+
+
+def _horizon_ns(arrival: ArrivalModel) -> int:
+    """How long the arrivals last: the window, a stages profile's span, a trace's end."""
+    window = arrival.window()
+    if window is not None:
+        return parse_duration_ns(window, "scenario.arrival.duration")
+    schedule = parse_schedule(
+        arrival.process,
+        arrival.rate,
+        seed=arrival.seed,
+        horizon_ns=None,
+        max_count=arrival.requests,
+    )
+    if schedule.trace_ns is not None:
+        return schedule.trace_ns[-1]
+    if schedule.horizon_ns is not None:
+        return schedule.horizon_ns
+    rate = schedule.describe().get("rate_rps")  # a count at a steady rate: its mean span
+    if isinstance(rate, int | float) and rate > 0 and arrival.requests:
+        return round(arrival.requests / rate * 1e9)
+    return 0
+
+
+def _check_timed_events(st: StageSpec, where: str, horizon_ns: int) -> None:
+    """Breakdowns and autoscaler ticks are sized before the run: ``mtbf: 1ns`` is refused."""
+    top = max(st.replicas, st.autoscale.max_replicas if st.autoscale else 0)
+    if st.failures is not None:
+        cycle_ns = max(st.failures.mtbf.mean_ns + st.failures.mttr.mean_ns, 1.0)
+        events = top * horizon_ns / cycle_ns
+        given = f"mean {cycle_ns:.0f}ns per failure and repair"
+        what = "expected failures over the run (replicas x duration / (mtbf + mttr))"
+        within(f"{where}.failures.mtbf", events, MAX_TIMED_EVENTS, what, given)
+    if st.autoscale is not None:
+        ticks = horizon_ns / st.autoscale.interval_ns
+        given = f"{st.autoscale.interval_ns}ns"
+        what = "autoscaler ticks over the run (duration / interval)"
+        within(f"{where}.autoscale.interval", ticks, MAX_TIMED_EVENTS, what, given)
 
 
 # What an llm: scenario may set beside the llm section (the engine replaces the rest).
@@ -383,20 +438,13 @@ def parse_scenario(data: Any) -> Scenario:
 def load_scenario(path: str | Path) -> Scenario:
     """Read a .yaml/.yml or .toml file; BadInput names the file or the field when wrong."""
     p = Path(path)
+    text = read_bounded_text(p, "SCENARIO")
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or type(exc).__name__
-        raise BadInput("SCENARIO", str(p), f"a readable UTF-8 file ({reason})") from None
-    try:
-        if p.suffix == ".toml":
-            data = tomllib.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
+        data = tomllib.loads(text) if p.suffix == ".toml" else safe_yaml(text, "SCENARIO", str(p))
+    except BadInput:
+        raise
     except Exception as exc:  # yaml.YAMLError, tomllib.TOMLDecodeError: the file's own syntax
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = excerpt(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
         raise BadInput("SCENARIO", str(p), f"valid YAML or TOML ({first})") from None
     if not isinstance(data, dict):
         raise BadInput("SCENARIO", str(p), "a mapping of scenario fields")

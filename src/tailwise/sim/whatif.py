@@ -36,13 +36,13 @@ from typing import Any
 
 from tailwise.errors import BadInput
 from tailwise.knee import KneeResult, KneeSearch, band
+from tailwise.limits import MAX_REPLICAS, within
 from tailwise.metrics.slo import parse_slo
 from tailwise.plan.schema import Plan
 from tailwise.sim.run import sim_trial
 from tailwise.sim.scenario import Scenario, parse_scenario, system_spec
 from tailwise.sim.study import replications, with_value
 
-MAX_REPLICAS = 10_000
 KNEE_REQUESTS = 2000  # requests in every knee trial, one replica or a fleet
 KNEE_RESOLUTION = 0.02
 Progress = Callable[[str], None]
@@ -206,6 +206,8 @@ def capacity(
         n, checks = what.replicas, [_check(at(sc, rate_rps=rate_rps), what.replicas, reps, tell)]
     else:
         guess = math.ceil(rate_rps / per_replica) if per_replica else 1
+        what_n = f"replicas (the rate is {guess:,} knees of one replica)"
+        within("--rate", guess, MAX_REPLICAS, what_n, given=f"{rate_rps:g}/s")
         n, checks = replicas_needed(at(sc, rate_rps=rate_rps), guess, reps, tell)
     tell(f"searching the knee of {n} replicas")
     fleet_start = n * per_replica if per_replica else max(rate_rps, start)

@@ -1,0 +1,162 @@
+"""Files in and out: bounded reads, YAML without bombs, writes that are never half done.
+
+* :func:`read_bounded_text` reads a user's file only up to a size limit, so a
+  stray multi-gigabyte file is refused instead of read.
+* :func:`safe_yaml` is ``yaml.safe_load`` behind a structure check on the event
+  stream (no Python objects built yet): the nesting depth and the node count
+  *after aliases are expanded* are bounded, which stops "billion laughs" (a
+  581-byte file of nested anchors that expands to 10^9 nodes) and a stack of
+  5,000 brackets alike.
+* :func:`atomic_write_text` writes to a temporary name beside the target and
+  renames it over the target (atomic on POSIX), so an interrupted or failed
+  write leaves the old file or none, never a truncated one. A failure to write
+  (disk full, read-only directory) is :class:`OutputError`: one line naming the
+  file and the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from tailwise.errors import BadInput
+from tailwise.limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, within
+
+
+class OutputError(BadInput):
+    """An output could not be written (disk full, read-only, a missing directory)."""
+
+    def __init__(self, path: Path | str, exc: OSError, note: str = "") -> None:
+        self.reason = exc.strerror or type(exc).__name__
+        self.os_error = exc
+        expected = f"a writable place for this file ({self.reason})"
+        super().__init__("--out", str(path), expected + (f"; {note}" if note else ""))
+        self.path = Path(path)
+
+
+def read_bounded_text(path: Path, field: str, limit: int = MAX_SCENARIO_BYTES) -> str:
+    """The UTF-8 text of ``path``, refused when it is larger than ``limit`` bytes."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(limit + 1)
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise BadInput(field, str(path), f"a readable UTF-8 file ({reason})") from None
+    within(field, len(data), limit, "bytes in a scenario file", given=f"{path} (larger)")
+    return text
+
+
+def safe_yaml(text: str, field: str, where: str) -> Any:
+    """``yaml.safe_load(text)`` once the document's depth and expanded size are in bounds."""
+    import yaml
+
+    depth = 0
+    sizes: dict[str, int] = {}  # anchor -> nodes under it, aliases expanded
+    open_nodes: list[tuple[str | None, int]] = []  # (anchor, total when it opened)
+    total = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            total += sizes.get(event.anchor, 1)
+        elif isinstance(event, yaml.ScalarEvent):
+            total += 1
+            if event.anchor is not None:
+                sizes[event.anchor] = 1
+        elif isinstance(event, yaml.CollectionStartEvent):
+            total += 1
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                raise BadInput(field, where, f"YAML nested at most {MAX_YAML_DEPTH} levels deep")
+            open_nodes.append((event.anchor, total))
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+            anchor, began = open_nodes.pop()
+            if anchor is not None:
+                sizes[anchor] = total - began + 1
+        if total > MAX_YAML_NODES:
+            raise BadInput(
+                field,
+                where,
+                f"YAML of at most {MAX_YAML_NODES:,} values with aliases expanded "
+                "(nested anchors can expand a small file a billion-fold)",
+            )
+    return yaml.safe_load(text)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    with atomic_writer(path) as fh:
+        fh.write(text)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path) -> Iterator[TextIO]:
+    """A UTF-8 text file that appears at ``path`` whole when the block ends, or not at all.
+
+    An OSError inside the block or while renaming (disk full, read-only) becomes
+    :class:`OutputError`; the temporary file is removed, an older ``path`` is left as it was.
+    """
+    tmp: str | None = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise OutputError(path, exc) from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+# What tailwise writes into a run, sweep or simulation directory: finding one of these
+# means the directory holds an earlier run, which --out overwrites only with --force.
+OUTPUT_NAMES = (
+    "summary.json",
+    "records.jsonl",
+    "run.json",
+    "sweep.json",
+    "knee.json",
+    "replications.json",
+    "vary.json",
+)
+
+
+def output_directory(path: Path, *, force: bool, field: str = "--out", create: bool = True) -> Path:
+    """Create ``path`` (or take it as it is) once it is known to be writable and, unless
+    ``force``, free of an earlier run. Checked before anything starts, so a read-only
+    or occupied directory costs no traffic and no simulation. With ``create=False``
+    nothing is made yet (a command whose later checks may still refuse its input):
+    the nearest existing directory on the path must be writable."""
+    earlier = [n for n in OUTPUT_NAMES if (path / n).exists()] if path.is_dir() else []
+    if earlier and not force:
+        raise BadInput(
+            field,
+            str(path),
+            f"a new or empty run directory (it holds {earlier[0]} from an earlier run; "
+            "--force overwrites it)",
+        )
+    if not create:
+        existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            why = "not a directory" if not existing.is_dir() else "Permission denied"
+            raise BadInput(field, str(path), f"a directory tailwise can write to ({why})")
+        return path
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        # A probe file: a read-only directory or a full disk fails here, not mid-run.
+        fd, probe = tempfile.mkstemp(prefix=".tailwise-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise BadInput(field, str(path), f"a directory tailwise can write to ({reason})") from None
+    return path
