@@ -74,7 +74,7 @@ def test_closed_loop_is_labelled_and_paced_by_the_server(tmp_path: Path) -> None
 def test_a_plan_over_many_blocks_is_sent_once_in_order(tmp_path: Path) -> None:
     # 9,000 requests are three blocks (4096 + 4096 + 808), each built ahead of need in
     # steps between sends: every planned instant appears exactly once, in seq order.
-    kw = {"rate": "30000/s", "arrival": "constant", "requests": 9000}
+    kw = {"rate": "30000/s", "arrival": "constant", "requests": 9000, "warmup": "0s"}
     res = run_fake(tmp_path, lambda seq: (MS, 200, ""), **kw)
     p = prepare(RunOptions(urls=["http://127.0.0.1:9/x"], **kw))
     assert p.schedule is not None

@@ -251,9 +251,9 @@ def test_token_counts_without_server_usage(lab: tuple[str, Path], tmp_path: Path
     counted = tailwise.run(url, tokenizer=str(path), out=str(tmp_path / "a"), **common)
     assert counted.summary["tokens_counted_by"] == "tokenizer tokenizer.json"
     assert counted.records.output_tokens.tolist() == [6] * 5  # " tok0" ... " tok5"
-    # 20 words, one token each, and the per-request nonce that starts every prompt (one
-    # unknown token to this vocabulary)
-    assert counted.records.input_tokens.tolist() == [21] * 5
+    # With --tokenizer the prompt is built to exactly 20 tokens, the per-request nonce
+    # that starts it (one unknown token to this vocabulary) included
+    assert counted.records.input_tokens.tolist() == [20] * 5
     guessed = tailwise.run(url, out=str(tmp_path / "b"), **common)
     assert guessed.summary["tokens_counted_by"] == "content chunks (approximation)"
     assert guessed.records.output_tokens.tolist() == [6] * 5

@@ -169,7 +169,9 @@ def test_owed_rows_fill_only_what_a_worker_never_reported() -> None:
 
 def test_two_processes_run_one_plan(loopback: Loopback, tmp_path: Path) -> None:
     url = loopback("--service", "2ms") + "/x"
-    res = tailwise.run(url, rate="1000/s", duration="2s", seed=7, workers=2, out=str(tmp_path))
+    res = tailwise.run(
+        url, rate="1000/s", duration="2s", seed=7, workers=2, warmup="0s", out=str(tmp_path)
+    )
     s, r = res.summary, records_in_plan_order(tmp_path)
     # One plan: the union of the workers' intended instants is the single-process plan.
     assert np.array_equal(r.seq, np.arange(len(r)))

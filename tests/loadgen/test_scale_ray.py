@@ -43,7 +43,9 @@ def test_two_actors_run_one_plan_and_merge_losslessly(
     ray_session: Any, loopback: Loopback, tmp_path: Path
 ) -> None:
     url = loopback("--service", "2ms") + "/x"
-    res = tailwise.run(url, rate="1000/s", duration="2s", seed=11, ray="auto", out=str(tmp_path))
+    res = tailwise.run(
+        url, rate="1000/s", duration="2s", seed=11, ray="auto", warmup="0s", out=str(tmp_path)
+    )
     s, r = res.summary, records_in_plan_order(tmp_path)
     w = s["workers"]
     assert (w["mode"], w["count"], w["lost"]) == ("ray", 2, 0)  # one actor per CPU

@@ -142,3 +142,38 @@ def test_an_early_stop_the_client_could_have_caused_names_the_client() -> None:
     few = {"offered_rps": 10.0, "achieved_send_rps": 9.0}
     assert _decide(rates=few, window_s=1.0).verdict == "pass"
     assert _decide(rates=few, window_s=10.0).cause == "load_short"
+
+
+WITHIN = {"share": 0.995, "ci": [0.97, 0.999], "needed": 0.99, "n": 900, "threshold_ms": 50.0}
+
+
+def test_three_valued_verdicts_follow_what_the_sample_decides() -> None:
+    entry = {"spec": "p99(latency)<=50ms", "kind": "objective", "value": 40.0, "unit": "ms"}
+    undecided = {**entry, "within": WITHIN}
+    # Passed as measured, but its interval straddles 99%: inconclusive (exit 5), and the
+    # reason gives the share, its interval and what was needed.
+    v = _decide(decided=["inconclusive"], entries=[undecided])
+    assert v.verdict == "inconclusive" and v.cause == "undecided"
+    assert "99.50% within 50 ms" in v.reason and "97.00-99.90%" in v.reason
+    assert "99% needed (n=900)" in v.reason and "--duration auto" in v.hint
+    assert exit_code({"verdict": v.verdict, "verdict_cause": None}) == 5
+    # "n too small": no share interval, the value's note instead.
+    small = {**entry, "ci": None, "ci_note": "n too small: 1.6 values beyond the quantile"}
+    v = _decide(decided=["inconclusive"], entries=[small])
+    assert v.verdict == "inconclusive" and "n too small" in v.reason
+    # Failed as measured on the server's lower bound, but not shown: inconclusive, not fail.
+    v = _decide(judged=[_judged(False, False)], decided=["inconclusive"], entries=[undecided])
+    assert v.verdict == "inconclusive"
+    # Shown to fail: fail. Shown to pass: pass.
+    assert _decide(judged=[_judged(False, False)], decided=["fail"]).verdict == "fail"
+    assert _decide(decided=["pass"], entries=[undecided]).verdict == "pass"
+    # A client flip the sample could not decide anyway is the sample's to report ...
+    v = _decide(judged=[_judged(True, False)], decided=["inconclusive"], entries=[undecided])
+    assert v.verdict == "inconclusive"
+    # ... and one it decides is the client's.
+    v = _decide(judged=[_judged(True, False)], decided=["fail"], entries=[undecided])
+    assert v.verdict == "invalid" and v.cause == "client"
+    # A shortfall of load outranks an undecided SLO: the plan was not run.
+    short = {"offered_rps": 100.0, "achieved_send_rps": 90.0}
+    v = _decide(rates=short, decided=["inconclusive"], entries=[undecided], window_s=10.0)
+    assert v.verdict == "invalid" and v.cause == "load_short"

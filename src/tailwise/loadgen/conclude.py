@@ -103,9 +103,17 @@ def auto_warmup(
 ) -> tuple[int, dict[str, Any]]:
     """Where the window starts, and summary.json's ``warmup``: with ``--warmup auto`` past
     the transient MSER-5 finds (:func:`tailwise.metrics.steady.auto_start_ns`), else at
-    the warm-up given. Sets ``records.in_window`` to match."""
+    the warm-up given. Only a steady open-loop rate is cut: a closed loop paces itself,
+    and stages, ramps and traces change their load on purpose. Sets ``records.in_window``
+    to match."""
     if p.opts.warmup != "auto":
         return window_ns[0], {"mode": "fixed", "start_s": window_ns[0] / 1e9}
+    described = p.schedule.describe() if p.schedule is not None else {}
+    steady_plan = isinstance(described.get("rate_rps"), int | float) and not described.get(
+        "profile"
+    )
+    if not steady_plan:  # closed loop paces itself; stages, ramps, traces change on purpose
+        return window_ns[0], {"mode": "auto", "start_s": window_ns[0] / 1e9, "cut_requests": 0}
     ok = records.error == 0
     start_ns, cut = auto_start_ns(records.scheduled_ns, derive.latency_ns(records), ok, window_ns)
     records.in_window = (records.scheduled_ns >= start_ns) & (records.scheduled_ns < window_ns[1])

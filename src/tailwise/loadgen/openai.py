@@ -170,8 +170,11 @@ def _dataset_row(line: str, where: str) -> tuple[Prompt, int | None]:
         raise BadInput(where, out, "a positive whole number of output tokens")
     if isinstance(row.get("prompt"), str):
         return row["prompt"], out
-    if isinstance(row.get("messages"), list) and row["messages"]:
-        return row["messages"], out
+    messages = row.get("messages")
+    if isinstance(messages, list) and messages:
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            raise BadInput(where, line[:40], 'chat "messages": objects each with a "role"')
+        return messages, out
     turns = row.get("conversations")
     if isinstance(turns, list) and turns and all(isinstance(t, dict) for t in turns):
         human = next((t.get("value") for t in turns if t.get("from") in ("human", "user")), None)

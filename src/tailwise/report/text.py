@@ -388,15 +388,32 @@ def render_sweep(doc: dict[str, Any]) -> Group:
     if doc.get("mode") == "closed":
         parts.append(Text("CLOSED LOOP: offered load follows the server's speed", "bold magenta"))
     elif knee is not None:
-        line = f"knee ◀    {knee:g}/s: the highest rate at which every SLO held"
+        line = f"knee ◀    {knee:g}/s: the highest rate at which every SLO held as measured"
         parts.append(Text(line, "bold"))
     else:
         parts.append(Text("knee      none: the lowest rate already failed", "bold yellow"))
+    if doc.get("mode") != "closed" and "band_rps" in doc:
+        parts.append(_band_text(doc.get("band_rps")))
     if doc.get("slos"):
         parts.append(Text("SLOs      " + "  ".join(doc["slos"])))
     if doc.get("note"):
         parts.append(Text(f"note      {doc['note']}", "yellow"))
     return Group(*parts)
+
+
+def _band_text(band: list[float | None] | None) -> Text:
+    """What the steps *showed* at 95%, beside the point estimates' knee."""
+    held, failed = band or (None, None)
+    shown = f"shown to hold up to {held:g}/s" if held is not None else "no rate shown to hold"
+    shown += f", shown to fail from {failed:g}/s" if failed is not None else ""
+    text = Text(f"band      {shown} (95%)", "bold" if held is not None else "magenta")
+    if held is None:
+        text.append(
+            "\n          the steps were too short to show their SLOs hold: --duration auto "
+            "runs each step until it is decided",
+            "dim",
+        )
+    return text
 
 
 def print_sweep(doc: dict[str, Any], *, stderr: bool = False) -> None:

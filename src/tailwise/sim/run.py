@@ -236,8 +236,8 @@ def simulate(sc: Scenario) -> SimRun:
 def _auto_warmup(sc: Scenario, records: Records, window: tuple[int, int]) -> tuple[int, int]:
     """``arrival.warmup: auto``: start the window past MSER-5's transient, as a measured
     run does (:func:`tailwise.metrics.steady.auto_start_ns`); sets ``in_window``."""
-    if sc.arrival.warmup != "auto":
-        return window
+    if sc.arrival.warmup != "auto" or sc.arrival.process.startswith(("stages", "ramp", "trace")):
+        return window  # a profile changes its load on purpose: no transient to cut
     ok = records.error == 0
     start, _ = auto_start_ns(records.scheduled_ns, derive.latency_ns(records), ok, window)
     records.in_window = (records.scheduled_ns >= start) & (records.scheduled_ns < window[1])
