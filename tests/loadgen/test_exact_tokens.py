@@ -15,6 +15,7 @@ import tailwise
 from tailwise.loadgen import openai
 from tailwise.loadgen.exact_prompts import exact_prompts, fit
 from tailwise.loadgen.runner import RunOptions, prepare
+from tests.wire import read_json_request
 
 TEMPLATE_TOKENS = 7  # what the test server's "chat template" adds to every prompt
 
@@ -92,13 +93,7 @@ def templated(tokenizer: str) -> Iterator[str]:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                body = json.loads(await reader.readexactly(length))
+                body = await read_json_request(reader)
                 text = body["messages"][0]["content"]
                 usage = {
                     "prompt_tokens": counter.count(text) + TEMPLATE_TOKENS,

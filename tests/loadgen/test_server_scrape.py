@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,7 @@ import tailwise
 from tailwise.errors import BadInput
 from tailwise.loadgen.runner import RunOptions, RunResult, prepare
 from tailwise.loadgen.server_metrics import plan_scrape
-from tailwise.server import spawn, spawn_demo
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[str]:
-    proc, url = spawn_demo("llm", lifetime="120s")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+from tailwise.server import spawn
 
 
 def run_llm(url: str, out: Path, **kw: object) -> RunResult:

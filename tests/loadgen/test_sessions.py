@@ -18,6 +18,7 @@ import pytest
 import tailwise
 from tailwise.errors import BadInput
 from tailwise.loadgen.runner import RunOptions, prepare
+from tests.wire import read_json_request
 
 THINK_MS = 50
 TURNS = 3
@@ -39,13 +40,7 @@ def chat() -> Iterator[tuple[str, Recorder]]:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                body = json.loads(await reader.readexactly(length))
+                body = await read_json_request(reader)
                 rec.got.append((time.monotonic_ns(), body["messages"]))
                 rec.max_tokens.append(body.get("max_tokens"))
                 answer = f"answer {len(rec.sent)}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -11,18 +10,9 @@ import pytest
 import tailwise
 from tailwise.errors import BadInput
 from tailwise.loadgen.runner import RunOptions, prepare
-from tailwise.server import spawn_demo
 from tailwise.traces import read_trace
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "traces"
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[str]:
-    proc, url = spawn_demo("llm", lifetime="120s")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 @pytest.mark.parametrize("sample", ["mooncake_sample.jsonl", "azure_llm_sample.csv"])

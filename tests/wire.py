@@ -1,0 +1,19 @@
+"""Small pieces the tests' own asyncio HTTP servers share."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+
+async def read_json_request(reader: asyncio.StreamReader) -> Any:
+    """One request's JSON body (the head read up to its blank line, the body by its
+    Content-Length); raises IncompleteReadError when the client closes."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    return json.loads(await reader.readexactly(length))
