@@ -63,6 +63,15 @@ def test_the_default_scrapes_the_targets_metrics(llm: str, tmp_path: Path) -> No
     assert tokens["total_tps"] == pytest.approx(tokens["input_tps"] + tokens["output_tps"])
     on_disk = json.loads((res.directory / "summary.json").read_text())
     assert on_disk["server_metrics"]["ttft_ms"] == doc["ttft_ms"]
+    # The run's report draws the server's timeline beside the client's latency.
+    pytest.importorskip("matplotlib")
+    from tailwise.report.render import render_directory
+
+    written = render_directory(res.directory)
+    chart = res.directory / "server_metrics.png"
+    assert chart in written and chart.stat().st_size > 0
+    page = (res.directory / "report.html").read_text()
+    assert "Server metrics beside the client" in page and "running up to" in page
 
 
 def test_off_means_no_scrape(llm: str, tmp_path: Path) -> None:

@@ -62,6 +62,9 @@ def _run_charts(r: Records, s: dict[str, Any], out_dir: Path, prefix: str = "") 
         path = plot.llm_distributions(r, out_dir / f"{prefix}ttft_tpot.png")
         title = "Time to first token and time per output token"
         out.append(charts.Chart(path, title, f"Histograms of TTFT and TPOT. {title}."))
+    server = run_charts.server_timeline(s, out_dir / f"{prefix}server_metrics.png")
+    if server is not None:
+        out.append(server)
     return out
 
 

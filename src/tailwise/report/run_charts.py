@@ -114,3 +114,51 @@ def _in_flight(r: Records, points: int = 300) -> tuple[np.ndarray, np.ndarray]:
     started = np.searchsorted(np.sort(r.scheduled_ns), grid, side="right")
     ended = np.searchsorted(np.sort(done), grid, side="right")
     return grid / 1e9, started - ended
+
+
+def server_timeline(summary: dict[str, Any], path: Path) -> Chart | None:
+    """The server's own metrics (``--server-metrics``) on the run's timeline, under the
+    client's latency and TTFT (p50 between scrapes); None without two scrapes."""
+    cols = (summary.get("server_metrics") or {}).get("timeline") or {}
+    t_s = cols.get("t_s") or []
+    if len(t_s) < 2:
+        return None
+    plt = pyplot()
+    fig, (ax, low) = plt.subplots(
+        2, 1, figsize=(SIZE_IN[0], 5.2), sharex=True, gridspec_kw={"height_ratios": [2, 2]}
+    )
+    client = (("client_latency_p50_ms", "latency p50"), ("client_ttft_p50_ms", "TTFT p50"))
+    for key, label in client:
+        if key in cols:
+            ax.plot(t_s, _floats(cols[key]), marker=".", label=f"client {label}")
+    ax.set_ylabel("ms")
+    ax.grid(alpha=0.3)
+    plain_ms(ax, "y")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="x-small", loc="upper left")
+    said = []
+    for key, label in (("running", "running"), ("waiting", "waiting")):
+        if key in cols:
+            values = _floats(cols[key])
+            low.step(t_s, values, where="post", label=label)
+            said.append(f"{label} up to {np.nanmax(values):.0f}")
+    low.set_ylabel("requests")
+    low.set_ylim(bottom=0)
+    low.set_xlabel("run time (s)")
+    if "kv_cache_usage" in cols:
+        kv = _floats(cols["kv_cache_usage"])
+        twin = low.twinx()
+        twin.plot(t_s, kv * 100, color="tab:purple", linestyle="--", label="KV cache")
+        twin.set_ylabel("KV cache used (%)")
+        twin.set_ylim(0, 100)
+        said.append(f"KV cache up to {np.nanmax(kv) * 100:.0f}%")
+    if low.get_legend_handles_labels()[0]:
+        low.legend(fontsize="x-small", loc="upper left")
+    title = "Server metrics beside the client's latency" + (": " + ", ".join(said) if said else "")
+    ax.set_title(title, fontsize="medium")
+    alt = f"{title}. Scraped from the server's /metrics during the run."
+    return Chart(save(fig, path), title, alt, [])
+
+
+def _floats(values: list[Any]) -> np.ndarray:
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
