@@ -98,6 +98,7 @@ def test_connect_timeout_is_a_connect_error(unaccepting_port: int, tmp_path: Pat
 
 def fake(tmp_path: Path, latency_ms: float, **kw: object) -> tailwise.loadgen.runner.RunResult:
     tmp_path.mkdir(parents=True, exist_ok=True)
+    kw.setdefault("warmup", "0s")  # every planned request counted: no transient cut
     opts = RunOptions(urls=["http://127.0.0.1:9/x"], **kw)  # type: ignore[arg-type]
     law = lambda seq: (int(latency_ms * MS), 200, "")  # noqa: E731
     return execute(prepare(opts), tmp_path, transport=FakeTransport(law))

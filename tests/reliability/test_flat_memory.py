@@ -54,6 +54,7 @@ def spills(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def run(tmp_path: Path, **kw: Any) -> RunResult:
     tmp_path.mkdir(parents=True, exist_ok=True)
+    kw.setdefault("warmup", "0s")  # every planned request counted: no transient cut
     opts = RunOptions(urls=["http://127.0.0.1:9/x"], out=str(tmp_path), **kw)
     return execute(prepare(opts), tmp_path, transport=ChunkyTransport())
 
