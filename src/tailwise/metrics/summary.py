@@ -318,11 +318,17 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
     )
     client["saturated"] = v.cause in CLIENT_CAUSES
     client["reason"] = v.reason if client["saturated"] else ""
+    hint = v.hint
+    if v.cause == "undecided" and (info.sequential or {}).get("reached_cap"):
+        hint = (
+            "--duration auto reached its cap (--max-duration) undecided: the SLO sits near its "
+            "threshold; a longer cap narrows the interval, or accept it"
+        )
     summary.update(
         verdict=v.verdict,
         verdict_reason=v.reason,
         verdict_cause=v.cause or None,
-        verdict_hint=v.hint or None,
+        verdict_hint=hint or None,
     )
     summary.update(info.extra)
     clean: dict[str, Any] = _finite(summary)
