@@ -337,10 +337,15 @@ async def _decide_loop(
     stop: asyncio.Event,
     on_decided: Callable[[str], None],
 ) -> None:
-    """Look (cheaply: most calls only count rows) until every SLO is decided."""
+    """Look (cheaply: most calls only count rows) until every SLO is decided.
+
+    A look gathers and sorts the window's columns (O(n log n), a few hundred ms at
+    millions of rows): it runs in a worker thread, on a snapshot of the block list, so
+    the loop keeps sending on time (NumPy's sorts and copies release the GIL)."""
+    loop = asyncio.get_running_loop()
     while not stop.is_set() and not engine.finished_sending.is_set():
         await asyncio.sleep(WATCH_INTERVAL_S)
-        reason = decider.look(engine.blocks, now_ns() - t0)
+        reason = await loop.run_in_executor(None, decider.look, list(engine.blocks), now_ns() - t0)
         if reason and not engine.finished_sending.is_set():
             on_decided(reason)
             return
