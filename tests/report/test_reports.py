@@ -82,7 +82,9 @@ def test_llm_run_report_has_ttft_and_tpot(demo_target: Callable[..., str], tmp_p
     written = render_directory(tmp_path)
     assert (tmp_path / "ttft_tpot.png") in written
     assert_png(tmp_path / "ttft_tpot.png")
-    assert charts_rendered(chromium_dom(tmp_path / "report.html")) == (3, 3)
+    # ... and the demo server's own metrics (scraped by default) beside the client's latency
+    assert (tmp_path / "server_metrics.png") in written
+    assert charts_rendered(chromium_dom(tmp_path / "report.html")) == (4, 4)
 
 
 def test_sweep_report_and_the_report_command(

@@ -231,9 +231,12 @@ def knee(
         trial = knee_trial(
             opts, out_dir, least, early_stop, STEER_CONFIDENCE if sequential else 0.95
         )
+        # No early stop for a settling trial: a loss certain for its planned sample is not
+        # yet *shown* at 95%, and the sequential looks stop it once it is.
         confirm = knee_trial(
-            opts, out_dir, least, early_stop, 0.95, CONFIRM_MAX_DURATION, prefix="settle"
-        )
+            opts, out_dir, least, not sequential and early_stop, 0.95, CONFIRM_MAX_DURATION,
+            prefix="settle",
+        )  # fmt: skip
         slo_specs = list(opts.slo)
 
     def on_trial(t: Any) -> None:
