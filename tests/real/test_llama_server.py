@@ -99,6 +99,9 @@ def test_eight_closed_loop_users_see_no_reset(llama: str, tmp_path: Path) -> Non
     # the next request on it is sent again on a fresh one, and counted, not failed.
     assert s["reconnects"] > 0
     assert np.all(res.records.output_tokens[res.records.error == 0] == 8)
+    # The server's own slot count (-np), for calibrate: from /props, not guessed.
+    assert s["server_info"]["engine"] == "llama.cpp" and s["server_info"]["slots"] == SLOTS
+    assert s["server_info"]["slot_context_tokens"] == 8192 // SLOTS
 
 
 def test_an_embeddings_run_counts_its_prompt_tokens(llama_embed: str, tmp_path: Path) -> None:
@@ -107,3 +110,36 @@ def test_an_embeddings_run_counts_its_prompt_tokens(llama_embed: str, tmp_path: 
     assert s["requests"]["errors"] == {} and s["requests"]["ok"] == 6
     assert s["tokens"]["input_total"] > 6 * 32  # the words, and the tokens they split into
     assert s["tokens"]["requests_with_usage"] == 6
+    assert s["server_info"]["slots"] == 2
+
+
+def test_calibrate_takes_the_slots_and_schedule_from_the_server(llama: str, tmp_path: Path) -> None:
+    """A short two-step sweep: not enough for a good fit, enough to show the facts the
+    fit takes from llama-server itself instead of guessing them."""
+    from tailwise.calibrate import calibrate
+    from tailwise.loadgen.runner import RunOptions
+    from tailwise.loadgen.sweep import Sweep
+
+    opts = RunOptions(
+        urls=[llama],
+        api="openai-chat",
+        model="smollm2",
+        max_tokens="8",
+        input_tokens="uniform:8-40",
+        ignore_eos=True,
+        duration="15s",
+        warmup="0s",
+        timeout="120s",
+        progress=False,
+    )
+    sweep = Sweep(opts, tmp_path / "sweep")
+    sweep.run_rates([0.5, 1.0])
+    sweep.write()
+    cal = calibrate([tmp_path / "sweep"])
+    p = cal.fit.params
+    assert p["max_num_seqs"] == SLOTS and p["prefill_chunk_tokens"] == 2048
+    assert any("llama.cpp /props" in n for n in cal.fit.notes)
+    # The template's head came from the prefix cache: the model prefills less than the
+    # prompts the client counted.
+    step = cal.steps[0]
+    assert (step.prompt_tokens() < step.records.input_tokens[step.ok()]).mean() > 0.5

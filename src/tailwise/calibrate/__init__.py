@@ -33,6 +33,8 @@ from tailwise.plan.schema import Plan
 from tailwise.version import __version__
 
 SERVICE_CHOICES = ("auto", *SHAPES)
+MAX_SLOTS = 65_536
+MAX_CHUNK_TOKENS = 1 << 20
 
 
 @dataclass
@@ -119,14 +121,20 @@ def calibrate(
     max_batch: int | None = None,
     max_wait_ms: float | None = None,
     progress: Progress | None = None,
+    slots: int | None = None,
+    prefill_chunk: int | None = None,
 ) -> Calibration:
     if service not in SERVICE_CHOICES:
         raise BadInput("--service", service, " | ".join(SERVICE_CHOICES))
+    if slots is not None and not 1 <= slots <= MAX_SLOTS:
+        raise BadInput("--slots", slots, f"a slot count from 1 to {MAX_SLOTS}")
+    if prefill_chunk is not None and not 0 <= prefill_chunk <= MAX_CHUNK_TOKENS:
+        raise BadInput("--prefill-chunk", prefill_chunk, f"tokens from 0 to {MAX_CHUNK_TOKENS}")
     steps, notes = load_steps(paths, kind)
     kind = steps[0].kind
     if kind == "llm":
         _check_llm_steps(steps)
-        fit = fit_llm(steps, progress)
+        fit = fit_llm(steps, progress, slots=slots, prefill_chunk=prefill_chunk)
     elif kind == "batching":
         fit = fit_batching(steps, max_batch, max_wait_ms)
     else:

@@ -160,7 +160,7 @@ def step_model(model: dict[str, Any], step: Step, seed: int) -> dict[str, Any]:
         r, ok = step.records, step.ok()
         data["llm"] = {
             **data["llm"],
-            "prompt_tokens": token_form(r.input_tokens[ok]),
+            "prompt_tokens": token_form(step.prompt_tokens()),
             "output_tokens": token_form(r.output_tokens[ok]),
             "token_times": False,  # TTFT and TPOT need no per-token times
         }

@@ -21,6 +21,22 @@ engine (HTTP, SSE framing) that every chunk of a stream carries.
 * **max_num_seqs**: at saturation every slot is taken, so N there (plus the
   prefill step each sequence spends admitted) is the slot count.
 * **D** is the low-load TTFT intercept less a.
+
+What the server says of itself comes first (llama.cpp's ``llama-server``;
+see :mod:`tailwise.loadgen.server_props` and ``server.jsonl``):
+
+* its **slot count** (``-np``, from ``/props``) is max_num_seqs, not fitted;
+* its **schedule**: llama.cpp puts every decoding slot's next token and then
+  prompt tokens, up to ``n_batch`` (2048), in one batch, so a prompt stalls
+  every decoding sequence for its step instead of pausing them for a
+  prefill-only step: the model's ``prefill_chunk_tokens`` is 2048, and u
+  above is the share of time spent on prompt tokens, b P x throughput;
+* its **prefix cache**: tokens the server took from cache (the chat
+  template's head) are not prefilled, in the runs or in the model;
+* its own **prompt times** (``timings.prompt_ms`` per request) give b and the
+  delay D without queueing in them: the line through prompt time against
+  prompt tokens processed at the lowest load, and D as the median of the
+  client's TTFT less the server's prompt time.
 """
 
 from __future__ import annotations
@@ -30,19 +46,59 @@ from typing import Any
 
 import numpy as np
 
-from tailwise.calibrate.fit import calm_steps, refine, token_form
+from tailwise.calibrate.fit import calm_steps, goodness, refine, token_form
 from tailwise.calibrate.generic import Fit
 from tailwise.calibrate.steps import Step
+from tailwise.errors import BadInput
 from tailwise.laws.llm import step_cost
+from tailwise.loadgen.server_props import LLAMA_CPP, LLAMA_CPP_BATCH_TOKENS
 
 UNBOUNDED_SEQS = 1024  # when no step saturated: no slot limit is in evidence
+MIN_SERVER_TIMINGS = 10  # requests with the server's prompt time, for a line through them
+
+
+def server_facts(steps: list[Step]) -> tuple[str, int | None]:
+    """(engine, slots) the server said of itself before the runs ("" and None: nothing)."""
+    seen = {(s.server_info.get("engine"), s.server_info.get("slots")) for s in steps}
+    seen.discard((None, None))
+    if len(seen) > 1:
+        told = ", ".join(sorted(str(n) for _, n in seen))
+        raise BadInput("RUN_OR_SWEEP_DIR", f"slots {told}", "runs of one server setup")
+    if not seen:
+        return "", None
+    engine, slots = seen.pop()
+    if isinstance(slots, int) and not isinstance(slots, bool) and slots >= 1:
+        return str(engine or ""), slots
+    return str(engine or ""), None
+
+
+def _server_prefill(low: Step) -> tuple[float, float, float, list[str]] | None:
+    """(intercept ms, ms per prompt token, delay ms, notes) from the server's own prompt
+    times at the lowest load; None when it gave too few."""
+    r, ok = low.records, low.ok()
+    prompt_ms = low.server_column("prompt_ms")[ok]
+    processed = low.server_column("prompt_n")[ok]
+    ttft_ms = (r.first_token_ns - r.sent_ns)[ok] / 1e6
+    keep = np.isfinite(prompt_ms) & np.isfinite(processed) & (processed > 0) & (ttft_ms >= 0)
+    if keep.sum() < MIN_SERVER_TIMINGS:
+        return None
+    prompt_ms, processed, ttft_ms = prompt_ms[keep], processed[keep], ttft_ms[keep]
+    delay_ms = max(float(np.median(ttft_ms - prompt_ms)), 0.0)
+    note = (
+        f"prefill and delay from the server's own prompt times ({int(keep.sum())} requests "
+        f"at {low.rate_rps:g}/s): client TTFT - server prompt time p50 {delay_ms:.2f} ms"
+    )
+    if len(np.unique(processed)) < 2 or processed.max() < 1.2 * processed.min():
+        return float(np.median(prompt_ms)), 0.0, delay_ms, [note]
+    slope, intercept = np.polyfit(processed, prompt_ms, 1)
+    return float(intercept), max(float(slope), 0.0), delay_ms, [note]
 
 
 def _prefill(low: Step) -> tuple[float, float, list[str]]:
     """(intercept ms, ms per prompt token, notes) from TTFT against prompt length."""
     r, ok = low.records, low.ok()
     ttft = (r.first_token_ns - r.sent_ns)[ok]
-    prompt = r.input_tokens[ok]
+    prompt = low.prompt_tokens()
     keep = (ttft >= 0) & (prompt > 0)
     ttft_ms, prompt = ttft[keep] / 1e6, prompt[keep].astype(np.float64)
     if len(np.unique(prompt)) < 2 or prompt.max() < 1.2 * prompt.min():
@@ -66,19 +122,38 @@ def _decode_points(steps: list[Step]) -> list[tuple[float, float, float, float]]
         if len(tpot) == 0 or len(span) == 0:
             continue
         n = s.throughput_rps * float(span.mean()) / 1e9
-        points.append((s.throughput_rps, n, float(tpot.mean()), float(r.input_tokens[ok].mean())))
+        points.append((s.throughput_rps, n, float(tpot.mean()), float(s.prompt_tokens().mean())))
     return points
 
 
+def _prefill_cost_ms(a_ms: float, b_ms: float, c_ms: float, p: float, mixed: bool) -> float:
+    """What one prompt of p tokens adds to the time decodes wait: a prefill-only step,
+    or (``mixed``: prompts ride in the decodes' steps) its tokens' share of a step."""
+    return b_ms * p if mixed else step_cost(a_ms, b_ms, c_ms, p, 0)
+
+
+def _seen_batch(n: float, slots: int | None) -> float:
+    """The batch a decoding sequence decodes in, from the time-average N: itself and
+    about N others at low load, the full batch (``slots``) when every slot is held."""
+    return 1 + n * (1 - 1 / slots) if slots else 1 + n
+
+
 def _decode(
-    points: list[tuple[float, float, float, float]], b_ms: float, a0_ms: float
+    points: list[tuple[float, float, float, float]],
+    b_ms: float,
+    a0_ms: float,
+    mixed: bool,
+    slots: int | None = None,
 ) -> tuple[float, float]:
-    """(a, c) in ms from TPOT (1 - u) = a + c N, u the share of time in prefill steps."""
+    """(a, c) in ms from TPOT (1 - u) = a + c N', u the share of time decodes wait on
+    prompts, N' the batch a decoding sequence sees (:func:`_seen_batch`)."""
     a_ms, c_ms = a0_ms, 0.0
     for _ in range(5):
-        xs = [n for _, n, _, _ in points]
-        # u = throughput x the cost of a prefill step (p prompt tokens, no decodes)
-        ys = [tpot * (1 - x * step_cost(a_ms, b_ms, c_ms, p, 0) / 1e3) for x, _, tpot, p in points]
+        xs = [_seen_batch(n, slots) for _, n, _, _ in points]
+        ys = [
+            tpot * (1 - x * _prefill_cost_ms(a_ms, b_ms, c_ms, p, mixed) / 1e3)
+            for x, _, tpot, p in points
+        ]
         if len(points) >= 2 and max(xs) > min(xs):
             c_ms, a_ms = (float(v) for v in np.polyfit(xs, ys, 1))
         else:
@@ -86,7 +161,9 @@ def _decode(
     return max(a_ms, 0.01), max(c_ms, 0.0)
 
 
-def _slots(steps: list[Step], a_ms: float, b_ms: float, c_ms: float) -> tuple[int, list[str]]:
+def _slots(
+    steps: list[Step], a_ms: float, b_ms: float, c_ms: float, mixed: bool
+) -> tuple[int, list[str]]:
     """max_num_seqs from the saturated steps' running batch."""
     sat = [s for s in steps if s.saturated]
     if not sat:
@@ -94,13 +171,13 @@ def _slots(steps: list[Step], a_ms: float, b_ms: float, c_ms: float) -> tuple[in
         return UNBOUNDED_SEQS, [note]
     best = 0.0
     for x, n, _, p in _decode_points(sat):
-        best = max(best, n + x * step_cost(a_ms, b_ms, c_ms, p, 0) / 1e3)
+        best = max(best, n + x * _prefill_cost_ms(a_ms, b_ms, c_ms, p, mixed) / 1e3)
     return max(1, round(best)), []
 
 
-def llm_model(p: dict[str, float], timeout: str) -> dict[str, Any]:
-    """Scenario fields for step-law numbers (ms) and a slot count."""
-    llm = {
+def llm_model(p: dict[str, float], timeout: str, chunk_tokens: int = 0) -> dict[str, Any]:
+    """Scenario fields for step-law numbers (ms), a slot count and the prompt schedule."""
+    llm: dict[str, Any] = {
         "base": f"{p['base_ms']:.6g}ms",
         "prefill_per_token": f"{p['prefill_ms_per_token']:.6g}ms",
         "decode_per_seq": f"{p['decode_ms_per_seq']:.6g}ms",
@@ -111,43 +188,95 @@ def llm_model(p: dict[str, float], timeout: str) -> dict[str, Any]:
         "max_model_len": 1 << 20,
         "timeout": timeout,
     }
+    if chunk_tokens:
+        llm["prefill_chunk_tokens"] = chunk_tokens
     model: dict[str, Any] = {"llm": llm}
     if p["delay_ms"] > 0:
         model["delay"] = f"{p['delay_ms']:.6g}ms"
     return model
 
 
-def fit_llm(steps: list[Step], on_step: Callable[[int, float], None] | None = None) -> Fit:
-    """Closed forms for a first guess, then a pattern search on the simulated steps."""
+def fit_llm(
+    steps: list[Step],
+    on_step: Callable[[int, float], None] | None = None,
+    *,
+    slots: int | None = None,
+    prefill_chunk: int | None = None,
+) -> Fit:
+    """Closed forms for a first guess, then a pattern search on the simulated steps.
+
+    ``slots`` (``--slots``) and ``prefill_chunk`` (``--prefill-chunk``, 0 for
+    prefill-only steps) state what the user knows; by default they come from what
+    the server said of itself (llama.cpp), else the slots are fitted and prompts
+    are prefilled in steps of their own (vLLM without chunked prefill)."""
+    engine, told_slots = server_facts(steps)
+    notes: list[str] = []
+    if slots is None and told_slots is not None:
+        slots = told_slots
+        notes.append(f"max_num_seqs {slots}: the server's own slot count ({engine} /props)")
+    elif slots is not None:
+        notes.append(f"max_num_seqs {slots}: as given (--slots)")
+    if prefill_chunk is None:
+        prefill_chunk = LLAMA_CPP_BATCH_TOKENS if engine == LLAMA_CPP else 0
+        if prefill_chunk:
+            notes.append(
+                f"prompts share the decodes' steps, up to {prefill_chunk} tokens a step "
+                f"({engine}'s default batch; --prefill-chunk to change)"
+            )
+    mixed = prefill_chunk > 0
     low = steps[0]
-    intercept_ms, b_ms, notes = _prefill(low)
-    points = _decode_points(calm_steps(steps))
-    a_ms, c_ms = _decode(points, b_ms, points[0][2] if points else 1.0)
-    slots, more = _slots(steps, a_ms, b_ms, c_ms)
+    told = _server_prefill(low)
+    if told is not None:
+        intercept_ms, b_ms, delay_ms, more = told
+    else:
+        intercept_ms, b_ms, more = _prefill(low)
+        delay_ms = None
     notes += more
+    points = _decode_points(calm_steps(steps))
+    a_ms, c_ms = _decode(points, b_ms, points[0][2] if points else 1.0, mixed, slots)
+    fitted_slots = slots is None
+    if slots is None:
+        slots, more = _slots(steps, a_ms, b_ms, c_ms, mixed)
+        notes += more
     start = {
         "base_ms": a_ms,
         "prefill_ms_per_token": b_ms,
         "decode_ms_per_seq": c_ms,
-        "delay_ms": max(intercept_ms - a_ms, 0.0),
+        "delay_ms": delay_ms if delay_ms is not None else max(intercept_ms - a_ms, 0.0),
         "max_num_seqs": float(slots),
     }
     timeout = str(low.options.get("timeout") or "60s")
-    integers = frozenset({"max_num_seqs"}) if slots != UNBOUNDED_SEQS else frozenset()
-    if slots == UNBOUNDED_SEQS:
+    refit_slots = fitted_slots and slots != UNBOUNDED_SEQS
+    integers = frozenset({"max_num_seqs"}) if refit_slots else frozenset()
+    if not refit_slots:
         start.pop("max_num_seqs")
+    chosen = slots
 
     def build(p: dict[str, float]) -> dict[str, Any]:
-        return llm_model({"max_num_seqs": float(slots), **p}, timeout)
+        return llm_model({"max_num_seqs": float(chosen), **p}, timeout, prefill_chunk)
 
     best, _ = refine(build, start, steps, integers=integers, on_step=on_step)
+    # The search scores small samples (fixed seeds, so it is deterministic, but a p99
+    # of 1,500 simulated requests is noisy); the closed forms are kept when the full
+    # comparison says they fit better.
+    if best != start:
+        refined, closed = (goodness(build(p), steps).rms_log_error for p in (best, start))
+        if closed < refined:
+            best = dict(start)
+            notes.append(
+                f"the closed forms fit better than the search's refinement (rms {closed:.3f} "
+                f"vs {refined:.3f}): kept"
+            )
     params: dict[str, Any] = {k: round(v, 6) for k, v in best.items()}
     params["max_num_seqs"] = int(best.get("max_num_seqs", slots))
+    if prefill_chunk:
+        params["prefill_chunk_tokens"] = prefill_chunk
     params["closed_form_start"] = {k: round(v, 6) for k, v in start.items()}
     params["highest_throughput_rps"] = round(max(s.throughput_rps for s in steps), 3)
     model = build(best)
-    # The workload the runs sent, so the model predicts for it until told otherwise.
-    prompts = np.concatenate([s.records.input_tokens[s.ok()] for s in steps])
+    # The workload the runs sent, so the model predicts for it until told otherwise
+    # (prompt tokens as prefilled: less what the server's prefix cache held).
+    prompts = np.concatenate([s.prompt_tokens() for s in steps])
     outputs = np.concatenate([s.records.output_tokens[s.ok()] for s in steps])
     model["llm"] |= {"prompt_tokens": token_form(prompts), "output_tokens": token_form(outputs)}
     return Fit("llm", model, params, notes)

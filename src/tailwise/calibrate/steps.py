@@ -23,12 +23,14 @@ from typing import Any
 import numpy as np
 
 from tailwise.errors import BadInput
+from tailwise.loadgen.server_view import SERVER_FILE
 from tailwise.metrics.derive import latency_ns, service_ttft_ns, tpot_ns
 from tailwise.metrics.shape import check_summary
 from tailwise.records import Records, read_jsonl
 from tailwise.units import parse_rate_rps
 
 KINDS = ("http", "batching", "llm")
+SERVER_FIELDS = ("cached_tokens", "prompt_n", "prompt_ms", "predicted_n", "predicted_per_token_ms")
 SATURATED_GROWTH = 1.5  # latency median, last third of the window over the first third
 SATURATED_SHORTFALL = 0.85  # throughput below this share of the offered rate
 
@@ -88,6 +90,57 @@ class Step:
         v = tpot_ns(self.records)[self.ok()]
         out: np.ndarray = v[v >= 0] / 1e6
         return out
+
+    @functools.cached_property
+    def server_rows(self) -> dict[int, dict[str, float]]:
+        """What the server said of each request (``server.jsonl``: seq -> its numbers),
+        {} when it said nothing. Rows out of shape are skipped, values kept only when
+        they are finite and not negative."""
+        path = self.directory / SERVER_FILE
+        if not path.is_file():
+            return {}
+        out: dict[int, dict[str, float]] = {}
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue
+                if not isinstance(row, dict) or not isinstance(row.get("seq"), int):
+                    continue
+                out[row["seq"]] = {
+                    k: float(v)
+                    for k, v in row.items()
+                    if k in SERVER_FIELDS
+                    and isinstance(v, int | float)
+                    and not isinstance(v, bool)
+                    and 0 <= v < 1e12
+                }
+        return out
+
+    def server_column(self, name: str) -> np.ndarray:
+        """One ``server.jsonl`` number per record (NaN where the server did not say)."""
+        rows = self.server_rows
+        return np.array(
+            [rows.get(int(q), {}).get(name, np.nan) for q in self.records.seq.tolist()],
+            dtype=np.float64,
+        )
+
+    def prompt_tokens(self) -> np.ndarray:
+        """Prompt tokens each successful request had prefilled: its prompt less what the
+        server's prefix cache held, when the server said (llama.cpp's chat template
+        head, for one), else the whole prompt."""
+        r, ok = self.records, self.ok()
+        cached = np.nan_to_num(self.server_column("cached_tokens"), nan=0.0)
+        tokens = np.maximum(r.input_tokens.astype(np.float64) - cached, 1.0)
+        out: np.ndarray = tokens[ok].astype(np.int64)
+        return out
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """What the server said of its configuration before the run (llama.cpp's slots)."""
+        info = self.summary.get("server_info")
+        return info if isinstance(info, dict) else {}
 
     def growth(self) -> float:
         """How much the latency (TTFT for an LLM) grew through the window: a backlog."""

@@ -26,6 +26,18 @@ import click
 )
 @click.option("--max-batch", type=int, help="batching: the endpoint's batch limit.")
 @click.option("--max-wait", help="batching: its longest wait for a batch to fill, e.g. 5ms.")
+@click.option(
+    "--slots",
+    type=int,
+    help="llm: the server's slot count (vLLM --max-num-seqs, llama.cpp -np), when known: "
+    "not fitted (llama.cpp tells it itself).",
+)
+@click.option(
+    "--prefill-chunk",
+    type=int,
+    help="llm: prompt tokens a step may carry beside the decodes (vLLM chunked prefill's "
+    "token budget); 0: prompts get steps of their own (default; llama.cpp: 2048).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON.")
 def calibrate(
     runs: tuple[str, ...],
@@ -34,6 +46,8 @@ def calibrate(
     service: str,
     max_batch: int | None,
     max_wait: str | None,
+    slots: int | None,
+    prefill_chunk: int | None,
     as_json: bool,
 ) -> None:
     """Fit a simulator model to measured runs (a sweep is best); exit 1 if the fit is poor."""
@@ -58,6 +72,8 @@ def calibrate(
             max_batch=max_batch,
             max_wait_ms=wait_ms,
             progress=progress,
+            slots=slots,
+            prefill_chunk=prefill_chunk,
         )
     written = write_model(cal, Path(out))
     if as_json:

@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput
+from tailwise.files import atomic_write_text
 from tailwise.loadgen.conclude import RunResult, conclude
 from tailwise.loadgen.execute import execute_local, no_interrupts
 from tailwise.loadgen.prepare import Prepared, RunOptions, prepare, run_directory
 from tailwise.loadgen.scale import execute_scaled
 from tailwise.loadgen.server_metrics import Scraper
+from tailwise.loadgen.server_props import probe
 from tailwise.loadgen.transport import Transport
 
 __all__ = ["Prepared", "RunOptions", "RunResult", "execute", "prepare", "run", "run_directory"]
@@ -37,6 +39,8 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
     """Run a prepared plan into ``directory``: in this process, or scaled out when asked."""
     if p.scaled_out and transport is not None:
         raise BadInput("transport", "given", "the HTTP transport with --workers or --ray")
+    # llama.cpp says how many slots it has: a fact calibrate must not guess (one GET).
+    info = probe(p.targets[0].url) if p.opts.api and transport is None else None
     scraper = Scraper(p.scrape, directory) if p.scrape is not None else None
     scraping = scraper.start() if scraper is not None else False
     try:
@@ -51,10 +55,20 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
     finally:
         if scraper is not None:
             scraper.stop()
-    if scraper is not None:
+    if scraper is not None or info is not None:
         with no_interrupts():
-            _attach_server_metrics(p, result, scraper, scraping, t0_unix_s)
+            if info is not None:
+                result.summary["server_info"] = info
+            if scraper is not None:
+                _attach_server_metrics(p, result, scraper, scraping, t0_unix_s)
+            _rewrite_summary(result)
     return result
+
+
+def _rewrite_summary(result: RunResult) -> None:
+    atomic_write_text(
+        result.directory / "summary.json", json.dumps(result.summary, indent=2) + "\n"
+    )
 
 
 def _attach_server_metrics(
@@ -68,7 +82,6 @@ def _attach_server_metrics(
     else:
         doc = {"url": scraper.plan.url, "note": scraper.note}
     result.summary["server_metrics"] = doc
-    (result.directory / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
 
 
 def run(url: str | list[str], **options: Any) -> RunResult:
