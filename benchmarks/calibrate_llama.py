@@ -237,10 +237,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write-docs", action="store_true")
     ap.add_argument("--quick", action="store_true", help="3 sweep steps, 30 s windows")
+    ap.add_argument("--keep", type=Path, help="keep the sweep, model and trials here")
     args = ap.parse_args()
     _raise_priority(os.getpid())
-    with tempfile.TemporaryDirectory(prefix="tw-llama-") as tmp:
-        res = bench(Path(tmp), args.quick)
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        res = bench(args.keep, args.quick)
+    else:
+        with tempfile.TemporaryDirectory(prefix="tw-llama-") as tmp:
+            res = bench(Path(tmp), args.quick)
     print(json.dumps(res, indent=2, default=str))
     for row in res["knees"]:
         r = _ratio(row)

@@ -160,3 +160,32 @@ def output_directory(path: Path, *, force: bool, field: str = "--out", create: b
         reason = exc.strerror or type(exc).__name__
         raise BadInput(field, str(path), f"a directory tailwise can write to ({reason})") from None
     return path
+
+
+def yaml_line(text: str, path: tuple[object, ...]) -> int | None:
+    """The 1-based line of the node at ``path`` (mapping keys and list indices) in a YAML
+    document, or of the deepest node on the way there; None when the text is not YAML
+    (TOML) or the path leaves it at once. For error messages only: the text has passed
+    :func:`safe_yaml` already."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for step in path:
+        if isinstance(node, yaml.MappingNode):
+            found = [(k, v) for k, v in node.value if k.value == str(step)]
+            if not found:
+                break
+            key, node = found[0]
+            line = key.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int):
+            if not 0 <= step < len(node.value):
+                break
+            node = node.value[step]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line

@@ -369,6 +369,45 @@ def test_cli_simulate_bad_file_exits_2_with_one_line(
     assert not (tmp_path / "r").exists() and out == ""
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a misspelt key: its line, and the field it was meant to be
+        (
+            "arrival:\n  rate: 10/s\n  duraton: 5s\nservice: exp:5ms\n",
+            "scenario.arrival.duraton (bad.yaml line 3): got '5s', expected a known field "
+            "(no such field; did you mean 'duration'?)",
+        ),
+        (
+            "service: exp:5ms\nstages:\n  - {name: a, service: exp:1ms, servrs: 2}\n",
+            "scenario.stages.0.servrs (bad.yaml line 3)",
+        ),
+        ("service: exp:5ms\nzzz: 1\n", "expected a known field (no such field)"),  # no hint
+        # a wrong value: its line
+        ("service: exp:5ms\n\nreplicas: many\n", "scenario.replicas (bad.yaml line 3)"),
+        # YAML's own syntax: where the parser stopped
+        ("arrival:\n  rate: [10/s\nservice: exp:5ms\n", "at line 3, column 8)"),
+    ],
+)
+def test_cli_simulate_says_which_line_and_what_was_meant(
+    text: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text(text)
+    code, _, err = _cli(["simulate", str(scenario), "--out", str(tmp_path / "r")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert expected in err, err
+
+
+def test_toml_typo_names_the_field_it_meant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = tmp_path / "bad.toml"
+    scenario.write_text('service = "exp:5ms"\n[arrival]\nrate = "10/s"\nduratoin = "5s"\n')
+    code, _, err = _cli(["simulate", str(scenario)], capsys)
+    assert code == 2 and "scenario.arrival.duratoin" in err and "did you mean 'duration'" in err
+
+
 def test_cli_simulate_missing_file_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,6 +18,7 @@ slo: ["latency<=200ms"]
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from pathlib import Path
@@ -36,7 +37,7 @@ from pydantic import (
 from tailwise.arrivals import check_planned, parse_schedule
 from tailwise.distributions import Distribution, parse_distribution
 from tailwise.errors import BadInput, excerpt
-from tailwise.files import read_bounded_text, safe_yaml
+from tailwise.files import read_bounded_text, safe_yaml, yaml_line
 from tailwise.limits import (
     MAX_FANOUT,
     MAX_PLANNED_REQUESTS,
@@ -425,14 +426,51 @@ def autoscale_spec(a: AutoscaleModel, where: str) -> Autoscale:
     )
 
 
+def _field_names(model: Any, seen: set[Any] | None = None) -> set[str]:
+    """Every field name of a pydantic model and the models inside it (for did-you-mean)."""
+    seen = set() if seen is None else seen
+    if model in seen:
+        return set()
+    seen.add(model)
+    names: set[str] = set()
+    for name, info in model.model_fields.items():
+        names.add(name)
+        stack = [info.annotation]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                names |= _field_names(t, seen)
+            stack.extend(getattr(t, "__args__", ()))
+    return names
+
+
+def _unknown_field(key: str) -> str:
+    """'unknown field' with the nearest real field names, when one is close."""
+    close = difflib.get_close_matches(key, sorted(_field_names(Scenario)), n=2, cutoff=0.7)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"a known field (no such field{hint})"
+
+
+class ScenarioError(BadInput):
+    """A scenario field out of shape, with where it is (``loc``) for the file's line."""
+
+    def __init__(self, field: str, given: object, expected: str, loc: tuple[object, ...]):
+        super().__init__(field, given, expected)
+        self.loc = loc
+
+
 def parse_scenario(data: Any) -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in ("scenario", *err["loc"]))
+        loc = tuple(err["loc"])
+        where = ".".join(str(p) for p in ("scenario", *loc))
         msg = err["msg"].removeprefix("Value error, ")
-        raise BadInput(where, err.get("input"), msg[:1].lower() + msg[1:]) from None
+        expected = msg[:1].lower() + msg[1:]
+        if err["type"] == "extra_forbidden" and loc:
+            expected = _unknown_field(str(loc[-1]))
+        raise ScenarioError(where, err.get("input"), expected, loc) from None
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -445,10 +483,18 @@ def load_scenario(path: str | Path) -> Scenario:
         raise
     except Exception as exc:  # yaml.YAMLError, tomllib.TOMLDecodeError: the file's own syntax
         first = excerpt(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
-        raise BadInput("SCENARIO", str(p), f"valid YAML or TOML ({first})") from None
+        mark = getattr(exc, "problem_mark", None)  # YAML says where (TOML's text does)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise BadInput("SCENARIO", str(p), f"valid YAML or TOML ({first}{at})") from None
     if not isinstance(data, dict):
         raise BadInput("SCENARIO", str(p), "a mapping of scenario fields")
-    return parse_scenario(_files_beside(data, p.parent))
+    try:
+        return parse_scenario(_files_beside(data, p.parent))
+    except ScenarioError as exc:
+        line = yaml_line(text, exc.loc) if p.suffix != ".toml" else None
+        if line is None:
+            raise
+        raise BadInput(f"{exc.field} ({p.name} line {line})", exc.given, exc.expected) from None
 
 
 def _files_beside(data: dict[str, Any], home: Path) -> dict[str, Any]:
