@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tailwise.capacity import erlang_c, mmc_sojourn_survival
+from tailwise.cli import main
 from tailwise.distributions import parse_distribution
 from tailwise.errors import BadInput
 from tailwise.sim.fast import fcfs_one_server, fcfs_servers, jsq_kernel, jsq_python
@@ -448,3 +449,20 @@ def test_power_of_d_fast_path_matches_the_event_engine_for_any_d(d: int) -> None
     np.testing.assert_array_equal(replica, events.replica)
     sc = {"arrival": {"rate": "500/s", "duration": "2s"}, "replicas": 5, "routing": "power_of_d"}
     assert simulate(parse_scenario(sc)).summary["sim"]["engine"] == "power-of-d loop"
+
+
+def test_o_is_out_for_every_command_that_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One short flag everywhere: simulate, then export of that run (run, sweep and knee
+    share the option with simulate's help text form)."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(GOOD)
+    code, _, err = _cli(["simulate", str(scenario), "-o", str(tmp_path / "r"), "-q"], capsys)
+    assert code == 0 and (tmp_path / "r" / "summary.json").is_file(), err
+    main(["export", str(tmp_path / "r"), "-o", str(tmp_path / "r.csv")])
+    assert (tmp_path / "r.csv").is_file()
+    capsys.readouterr()
+    for command in ("run", "sweep", "knee"):
+        main([command, "--help"])
+        assert "-o, --out" in capsys.readouterr().out

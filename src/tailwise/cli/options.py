@@ -99,7 +99,7 @@ def run_options(f: F) -> F:
         ),
         click.option("--body", help="Request body: a literal, or @file."),
         click.option("--bodies", help="JSONL file: one body per line, used in turn."),
-        click.option("--out", help="Run directory (default runs/<UTC time>-<target>/)."),
+        click.option("-o", "--out", help="Run directory (default runs/<UTC time>-<target>/)."),
         click.option(
             "--force",
             is_flag=True,

@@ -109,7 +109,7 @@ def compare(
 @click.option(
     "--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True
 )
-@click.option("--out", help="Output file (default DIR/records.csv or DIR/records.parquet).")
+@click.option("-o", "--out", help="Output file (default DIR/records.csv or DIR/records.parquet).")
 def export(directory: str, fmt: str, out: str | None) -> None:
     """Write a run's records, with derived latency columns, as CSV or Parquet."""
     from tailwise.report.export import export as export_records

@@ -17,7 +17,7 @@ from tailwise.metrics.verdict import exit_code
 
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", help="Run directory (default runs/<UTC time>-sim-<name>/).")
+@click.option("-o", "--out", help="Run directory (default runs/<UTC time>-sim-<name>/).")
 @click.option("--force", is_flag=True, help="Let --out name a directory that holds an earlier run.")
 @click.option(
     "--replications",
