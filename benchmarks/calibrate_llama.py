@@ -60,6 +60,7 @@ WORKLOAD = dict(
 )
 SWEEP_RATES = [0.3, 0.6, 0.9, 1.2, 1.5]
 SLOTS = (8, 2)
+PREDICT_REQUESTS = 2000
 CONTEXT_TOKENS = "8192"
 
 
@@ -129,7 +130,9 @@ def predicted_knee(model: Path, slots: int, start: float, window: str) -> dict[s
     arrival = sc.arrival.model_copy(update={"duration": window, "warmup": "5s"})
     sc = sc.model_copy(update={"arrival": arrival, "slo": [SLO]})
     sc = with_value(sc, "llm.max_num_seqs", str(slots), "--set")
-    result = knee(sc, start, resolution=0.05)
+    # The model's knee, not one draw of it: the simulator is cheap, so each trial holds
+    # PREDICT_REQUESTS (a 60-request trial's p90 would move the knee by +-20%).
+    result = knee(sc, start, resolution=0.05, min_requests=PREDICT_REQUESTS)
     return {"knee_rps": result.knee_rps, "band": result.band_rps, "trials": len(result.trials)}
 
 
@@ -209,9 +212,9 @@ def write_docs(res: dict[str, Any], machine: str) -> None:
         f"{p['decode_ms_per_seq']:.2f} ms/sequence, delay {p['delay_ms']:.2f} ms, "
         f"max_num_seqs {p['max_num_seqs']}, prefill_chunk_tokens "
         f"{p.get('prefill_chunk_tokens', 0)}.",
-        "3. Predict each knee on the simulator (`llm.max_num_seqs` set to the slot count), "
-        f"then measure it on llama-server: {res['knee_window']} per trial, 10% "
-        "resolution, one repeat of the final bracket.",
+        "3. Predict each knee on the simulator (`llm.max_num_seqs` set to the slot count; "
+        f"{PREDICT_REQUESTS} simulated requests per trial), then measure it on llama-server: "
+        f"{res['knee_window']} per trial, 10% resolution, one repeat of the final bracket.",
         "",
         f"Target (issue 25): predicted knee within {TOLERANCE:.0%} of the measured one.",
         "",

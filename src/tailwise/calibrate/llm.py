@@ -42,6 +42,7 @@ see :mod:`tailwise.loadgen.server_props` and ``server.jsonl``):
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -72,9 +73,23 @@ def server_facts(steps: list[Step]) -> tuple[str, int | None]:
     return str(engine or ""), None
 
 
-def _server_prefill(low: Step) -> tuple[float, float, float, list[str]] | None:
-    """(intercept ms, ms per prompt token, delay ms, notes) from the server's own prompt
-    times at the lowest load; None when it gave too few."""
+@dataclass(frozen=True)
+class ServerPrefill:
+    """The server's own prompt times at the lowest load (llama.cpp's ``timings``)."""
+
+    prompt_ms: np.ndarray  # per request: time to process its prompt
+    processed: np.ndarray  # per request: prompt tokens processed (not cached)
+    delay_ms: float  # the client's TTFT less the server's prompt time, median
+    note: str
+
+    def per_token_ms(self, base_ms: float) -> float:
+        """b such that a prompt costs the step's base plus b per token, on average."""
+        total = float(self.prompt_ms.sum()) - base_ms * len(self.prompt_ms)
+        return max(total / float(self.processed.sum()), 0.0)
+
+
+def _server_prefill(low: Step) -> ServerPrefill | None:
+    """The lowest load's server prompt times; None when it gave too few."""
     r, ok = low.records, low.ok()
     prompt_ms = low.server_column("prompt_ms")[ok]
     processed = low.server_column("prompt_n")[ok]
@@ -82,16 +97,12 @@ def _server_prefill(low: Step) -> tuple[float, float, float, list[str]] | None:
     keep = np.isfinite(prompt_ms) & np.isfinite(processed) & (processed > 0) & (ttft_ms >= 0)
     if keep.sum() < MIN_SERVER_TIMINGS:
         return None
-    prompt_ms, processed, ttft_ms = prompt_ms[keep], processed[keep], ttft_ms[keep]
-    delay_ms = max(float(np.median(ttft_ms - prompt_ms)), 0.0)
+    delay_ms = max(float(np.median(ttft_ms[keep] - prompt_ms[keep])), 0.0)
     note = (
         f"prefill and delay from the server's own prompt times ({int(keep.sum())} requests "
         f"at {low.rate_rps:g}/s): client TTFT - server prompt time p50 {delay_ms:.2f} ms"
     )
-    if len(np.unique(processed)) < 2 or processed.max() < 1.2 * processed.min():
-        return float(np.median(prompt_ms)), 0.0, delay_ms, [note]
-    slope, intercept = np.polyfit(processed, prompt_ms, 1)
-    return float(intercept), max(float(slope), 0.0), delay_ms, [note]
+    return ServerPrefill(prompt_ms[keep], processed[keep], delay_ms, note)
 
 
 def _prefill(low: Step) -> tuple[float, float, list[str]]:
@@ -226,14 +237,22 @@ def fit_llm(
     mixed = prefill_chunk > 0
     low = steps[0]
     told = _server_prefill(low)
+    points = _decode_points(calm_steps(steps))
+    first_tpot = points[0][2] if points else 1.0
     if told is not None:
-        intercept_ms, b_ms, delay_ms, more = told
+        # b and a depend on each other: a prompt's time is a + b x its tokens, and
+        # decodes wait on prompts' tokens. Twice round converges (b moves a little).
+        notes.append(told.note)
+        delay_ms: float | None = told.delay_ms
+        intercept_ms, b_ms = 0.0, told.per_token_ms(0.0)
+        for _ in range(2):
+            a_ms, c_ms = _decode(points, b_ms, first_tpot, mixed, slots)
+            b_ms = told.per_token_ms(a_ms)
     else:
         intercept_ms, b_ms, more = _prefill(low)
+        notes += more
         delay_ms = None
-    notes += more
-    points = _decode_points(calm_steps(steps))
-    a_ms, c_ms = _decode(points, b_ms, points[0][2] if points else 1.0, mixed, slots)
+    a_ms, c_ms = _decode(points, b_ms, first_tpot, mixed, slots)
     fitted_slots = slots is None
     if slots is None:
         slots, more = _slots(steps, a_ms, b_ms, c_ms, mixed)
