@@ -10,6 +10,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
     ["wrk_vs_tailwise.py", "--write-docs"],
     ["llm_client_overhead.py", "--write-docs"],
+    ["stream_scale.py", "--write-docs"],  # about three minutes (more with GuideLLM installed)
     ["knee_accuracy.py", "--write-docs"],
     ["sim_vs_simpy.py", "--write-docs"],
     ["calibrate_predict.py", "--write-docs"],

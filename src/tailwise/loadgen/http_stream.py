@@ -5,6 +5,7 @@ from __future__ import annotations
 from tailwise.loadgen.http_conn import Conn, ConnPool
 from tailwise.loadgen.llm_stream import MALFORMED, Chunk, Timings, classify, classify_answer
 from tailwise.loadgen.sse import SSEParser
+from tailwise.loadgen.sse_fast import content as fast_content
 from tailwise.metrics.error_samples import SAMPLE_BYTES
 from tailwise.records import ERROR_KINDS, RecordBlock, error_code
 
@@ -47,6 +48,10 @@ class StreamConn(Conn):
     (plain JSON, say) is ``not_a_stream``; an error event is ``stream_error``; unparsable data is
     ``malformed_chunk``; a stream over the memory bounds above is ``too_large``
     (the connection is dropped). Partial data (first token, chunk times) is kept.
+
+    A piece of body that is one whole plain content delta, read between events, takes
+    the fast path (:mod:`~tailwise.loadgen.sse_fast`, compiled where built); anything
+    else, the SSE parser and :func:`classify`. The records are the same either way.
     """
 
     __slots__ = (
@@ -54,6 +59,7 @@ class StreamConn(Conn):
         "chunks",
         "events",
         "finished",
+        "keep_text",
         "lead",
         "prompt_tokens",
         "reasoning_chunks",
@@ -81,6 +87,8 @@ class StreamConn(Conn):
         self.cached: int | None = None
         self.timings: Timings | None = None
         self.text: list[str] = []  # kept only when tokens are counted locally
+        owner = self.pool.owner
+        self.keep_text = owner.counter is not None or owner.on_answer is not None
         self.reasoning_chunks = 0  # events carrying reasoning_content (or reasoning)
         self.reasoning_usage: int | None = None
         self.reasoning_text: list[str] = []  # kept only when tokens are counted locally
@@ -92,17 +100,27 @@ class StreamConn(Conn):
             return
         if not self.events and len(self.lead) < SAMPLE_BYTES:
             self.lead += body[:SAMPLE_BYTES]
+        if self.sse.idle:
+            text = fast_content(body)  # one plain content delta: most of a stream
+            if text is not None:
+                self.events += 1
+                if text:  # _on_text, inlined: this is the path of nearly every chunk
+                    chunks = self.chunks
+                    if not chunks:
+                        block.first_token_ns[self.j] = self.t_last
+                    chunks.append(self.t_last)
+                    if self.keep_text:
+                        self.text.append(text)
+                    if len(chunks) > MAX_STREAM_CHUNKS:
+                        self.fail(_TOO_LARGE)
+                        self.transport.abort()
+                return
         for etype, data in self.sse.feed(body):
             c = classify(data, etype)
             if not c.done and c.error is None:
                 self.events += 1
             if c.text:
-                if not self.chunks:
-                    block.first_token_ns[self.j] = self.t_last
-                self.chunks.append(self.t_last)
-                owner = self.pool.owner
-                if owner.counter is not None or owner.on_answer is not None:
-                    self.text.append(c.text)
+                self._on_text(block, c.text)
             if c.reasoning:
                 if not self.reasoning_chunks:
                     block.first_reasoning_ns[self.j] = self.t_last
@@ -127,6 +145,15 @@ class StreamConn(Conn):
         if self.sse.pending_bytes > MAX_EVENT_BYTES or len(self.chunks) > MAX_STREAM_CHUNKS:
             self.fail(_TOO_LARGE)
             self.transport.abort()
+
+    def _on_text(self, block: RecordBlock, text: str) -> None:
+        """A content chunk: a token arrival at the time of the read that carried it."""
+        chunks = self.chunks
+        if not chunks:
+            block.first_token_ns[self.j] = self.t_last
+        chunks.append(self.t_last)
+        if self.keep_text:
+            self.text.append(text)
 
     def _keep(self, block: RecordBlock, j: int) -> None:
         owner = self.pool.owner

@@ -22,7 +22,7 @@ _BOM = b"\xef\xbb\xbf"
 class SSEParser:
     """Feed bytes, get complete events; one parser per response."""
 
-    __slots__ = ("_data", "_event", "_held", "_partial", "_skip_lf", "_started", "last_id")
+    __slots__ = ("_data", "_event", "_held", "_partial", "_skip_lf", "_started", "idle", "last_id")
 
     def __init__(self) -> None:
         self._partial = b""  # an unterminated line carried to the next read
@@ -32,6 +32,9 @@ class SSEParser:
         self._event = b""
         self._started = False
         self.last_id = ""
+        # Between events: nothing held, the stream's start (a BOM) already read. Kept up
+        # to date by feed(), so that a caller may read the next event without it.
+        self.idle = False
 
     @property
     def pending_bytes(self) -> int:
@@ -68,6 +71,7 @@ class SSEParser:
         events: list[tuple[str, str]] = []
         for line in lines:
             self._line(line.rstrip(b"\r\n"), events)
+        self.idle = not (self._partial or self._data or self._skip_lf or self._event)
         return events
 
     def _line(self, line: bytes, events: list[tuple[str, str]]) -> None:

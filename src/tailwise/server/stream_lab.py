@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import heapq
 import itertools
 import json
 import sys
@@ -42,6 +43,150 @@ class Lab:
     def __init__(self, ttft_s: float, itl_s: float, truth: TextIO | None) -> None:
         self.ttft_s, self.itl_s, self.truth = ttft_s, itl_s, truth
         self.served = 0
+        self.pacer = _Pacer()
+
+
+class _Stream:
+    """One answer's chunks, written by the pacer when each falls due (no task per stream)."""
+
+    __slots__ = (
+        "arrival_ns",
+        "chat",
+        "i",
+        "lab",
+        "n",
+        "reasoning",
+        "req",
+        "sent",
+        "start",
+        "steer",
+        "transport",
+    )
+
+    def __init__(
+        self, lab: Lab, transport: Any, req: dict[str, Any], chat: bool, arrival_ns: int
+    ) -> None:
+        self.lab, self.transport, self.req, self.chat = lab, transport, req, chat
+        self.arrival_ns = arrival_ns
+        self.n = int(req.get("max_tokens") or 32)
+        self.i = 0
+        self.sent: list[int] = []
+        self.start = asyncio.get_running_loop().time()
+        lab_field = req.get("lab")
+        self.steer: dict[str, Any] = lab_field if isinstance(lab_field, dict) else {}
+        r = self.steer.get("reasoning", 0)
+        self.reasoning = r if isinstance(r, int) else 0
+
+    def due(self) -> float:
+        return self.start + self.lab.ttft_s + self.i * self.lab.itl_s
+
+    def step(self) -> bool:
+        """Write chunk ``i`` (or the end); True while more chunks follow."""
+        if self.transport.is_closing():
+            return False
+        i, chat = self.i, self.chat
+        if self.n <= i:
+            self.finish()
+            return False
+        if i == self.steer.get("end_early"):  # a clean HTTP end, but no finish and no [DONE]
+            self.transport.write(b"0\r\n\r\n")
+            return False
+        if i == self.steer.get("error_after"):
+            error = {"error": {"message": "lab: engine failed", "code": 500}}
+            self.transport.write(_event(error) + b"0\r\n\r\n")
+            return False
+        field = "reasoning_content" if chat and i < self.reasoning else "content"
+        self.transport.write(_token_event(chat, field, i))
+        self.sent.append(time.monotonic_ns())
+        self.i = i + 1
+        if self.i < self.n:
+            return True
+        self.finish()
+        return False
+
+    def finish(self) -> None:
+        chat, n, lab = self.chat, self.n, self.lab
+        self.transport.write(_event(_chunk(chat, {} if chat else "", finish="length")))
+        opts = self.req.get("stream_options")
+        if isinstance(opts, dict) and opts.get("include_usage"):
+            usage: dict[str, Any] = {
+                "prompt_tokens": 7,
+                "completion_tokens": n,
+                "total_tokens": n + 7,
+            }
+            if chat and self.reasoning:
+                usage["completion_tokens_details"] = {"reasoning_tokens": min(self.reasoning, n)}
+            self.transport.write(
+                _event({"object": "chat.completion.chunk", "choices": [], "usage": usage})
+            )
+        self.transport.write(_event(b"[DONE]") + b"0\r\n\r\n")
+        lab.served += 1
+        if lab.truth is not None:
+            row = {"arrival_ns": self.arrival_ns, "chunks_ns": self.sent}
+            lab.truth.write(json.dumps(row) + "\n")
+            lab.truth.flush()
+
+
+class _Pacer:
+    """Writes every stream's chunks on time from one timer: thousands of streams, one task.
+
+    A heap of (due, order, stream); one ``call_at`` for the earliest due instant. Each
+    chunk's write instant is logged as it happens, so a late pacer shows in the truth.
+    """
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, _Stream]] = []
+        self.order = 0
+        self.timer: asyncio.TimerHandle | None = None
+        self.armed_at = 0.0
+
+    def add(self, s: _Stream) -> None:
+        self.order += 1
+        heapq.heappush(self.heap, (s.due(), self.order, s))
+        self.arm()
+
+    def arm(self) -> None:
+        if not self.heap:
+            return
+        at = self.heap[0][0]
+        if self.timer is not None:
+            if self.armed_at <= at:
+                return
+            self.timer.cancel()
+        self.armed_at = at
+        self.timer = asyncio.get_running_loop().call_at(at, self.tick)
+
+    def tick(self) -> None:
+        self.timer = None
+        loop_time = asyncio.get_running_loop().time
+        heap = self.heap
+        now = loop_time()
+        while heap and heap[0][0] <= now:
+            _, order, s = heapq.heappop(heap)
+            try:
+                more = s.step()
+            except Exception:  # one broken stream must not stop the others' clock
+                s.transport.abort()
+                more = False
+            if more:
+                heapq.heappush(heap, (s.due(), order, s))
+            now = loop_time()
+        self.arm()
+
+
+_TOKEN_EVENTS: dict[tuple[bool, str, int], bytes] = {}
+
+
+def _token_event(chat: bool, field: str, i: int) -> bytes:
+    """The event of token ``i`` (encoded once: the lab must stay cheaper than any client)."""
+    key = (chat, field, i)
+    out = _TOKEN_EVENTS.get(key)
+    if out is None:
+        text = f" tok{i}"
+        out = _event(_chunk(chat, {field: text} if chat else text))
+        if len(_TOKEN_EVENTS) < 100_000:
+            _TOKEN_EVENTS[key] = out
+    return out
 
 
 def _event(obj: object) -> bytes:
@@ -69,7 +214,6 @@ class _Http(RequestProtocol):
             await self.embed(req)
             return
         chat = url.endswith(b"/chat/completions")
-        n = int(req.get("max_tokens") or 32)
         head = (
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
@@ -77,46 +221,7 @@ class _Http(RequestProtocol):
         self.transport.write(head)
         if chat:
             self.transport.write(_event(_chunk(True, {"role": "assistant", "content": ""})))
-        sent: list[int] = []
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        lab_field = req.get("lab")
-        steer: dict[str, Any] = lab_field if isinstance(lab_field, dict) else {}
-        reasoning = steer.get("reasoning", 0) if isinstance(steer.get("reasoning"), int) else 0
-        for i in range(n):
-            due = start + self.lab.ttft_s + i * self.lab.itl_s
-            await asyncio.sleep(max(due - loop.time(), 0))
-            if self.transport.is_closing():
-                return
-            if i == steer.get("end_early"):  # a clean HTTP end, but no finish and no [DONE]
-                self.transport.write(b"0\r\n\r\n")
-                return
-            if i == steer.get("error_after"):
-                error = {"error": {"message": "lab: engine failed", "code": 500}}
-                self.transport.write(_event(error) + b"0\r\n\r\n")
-                return
-            text = f" tok{i}"
-            field = "reasoning_content" if chat and i < reasoning else "content"
-            self.transport.write(_event(_chunk(chat, {field: text} if chat else text)))
-            sent.append(time.monotonic_ns())
-        self.transport.write(_event(_chunk(chat, {} if chat else "", finish="length")))
-        opts = req.get("stream_options")
-        if isinstance(opts, dict) and opts.get("include_usage"):
-            usage: dict[str, Any] = {
-                "prompt_tokens": 7,
-                "completion_tokens": n,
-                "total_tokens": n + 7,
-            }
-            if chat and reasoning:
-                usage["completion_tokens_details"] = {"reasoning_tokens": min(reasoning, n)}
-            self.transport.write(
-                _event({"object": "chat.completion.chunk", "choices": [], "usage": usage})
-            )
-        self.transport.write(_event(b"[DONE]") + b"0\r\n\r\n")
-        self.lab.served += 1
-        if self.lab.truth is not None:
-            self.lab.truth.write(json.dumps({"arrival_ns": arrival_ns, "chunks_ns": sent}) + "\n")
-            self.lab.truth.flush()
+        self.lab.pacer.add(_Stream(self.lab, self.transport, req, chat, arrival_ns))
 
     async def embed(self, req: dict[str, Any]) -> None:
         """``/v1/embeddings``: one JSON answer after ``--ttft`` (no stream)."""
