@@ -6,18 +6,18 @@ one thread), chat completions streamed, prompts of 8-40 words (about 40-75
 tokens with the chat template, of which llama.cpp caches the template's head)
 and 32 output tokens (``--ignore-eos``); SLO ``p90(ttft)<=2s``.
 
-1. sweep ``-np 8`` past saturation;
-2. ``tailwise calibrate`` the sweep: the slot count comes from the server's own
-   ``/props``, the schedule (prompts ride in the decodes' batch, n_batch 2048)
-   from its engine;
-3. predict on the simulator the knee at ``-np 8`` and, with only
-   ``llm.max_num_seqs`` changed, at ``-np 2``;
-4. measure both knees on llama-server with the same knee search (same window
-   per trial, resolution, one repeat of the final bracket) and compare.
+1. sweep ``-np 8`` and ``-np 2`` past saturation (each step: TTFT p90 from the send);
+2. ``tailwise calibrate`` the ``-np 8`` sweep alone: the slot count comes from the
+   server's own ``/props``, the schedule (prompts ride in the decodes' batch,
+   n_batch 2048) from its engine;
+3. predict on the simulator every step's TTFT p90 with only ``llm.max_num_seqs``
+   changed for ``-np 2``;
+4. the knee on each side: the rate at which TTFT p90 reaches 2 s, interpolated
+   between the sweep's steps by one rule; compare.
 
 The server and this process run at a raised priority where allowed (root), so
 other work on the box slows them less; their absolute speed still depends on
-the machine's load, which is reported. Loopback only; about 30 minutes.
+the machine's load, which is reported. Loopback only; about 20 minutes.
 
 Usage: ``python benchmarks/calibrate_llama.py [--write-docs] [--quick]``.
 """
@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -37,15 +38,17 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+import yaml
 from docs_block import machine_label, write_block  # benchmarks/ is on sys.path when run
 
 from tailwise.calibrate import calibrate, write_model
-from tailwise.knee import KneeSearch
+from tailwise.calibrate.fit import replications_for, step_model
+from tailwise.calibrate.steps import load_steps
 from tailwise.loadgen.runner import RunOptions
-from tailwise.loadgen.sweep import Sweep, knee_trial
-from tailwise.sim.scenario import load_scenario
-from tailwise.sim.study import with_value
-from tailwise.sim.whatif import knee
+from tailwise.loadgen.sweep import Sweep
+from tailwise.sim.run import simulate
+from tailwise.sim.scenario import parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 0.20
@@ -58,8 +61,9 @@ WORKLOAD = dict(
     input_tokens="uniform:8-40",
     timeout="60s",
 )
-SWEEP_RATES = [0.3, 0.6, 0.9, 1.2, 1.5]
-SLOTS = (8, 2)
+# -np 8 is calibrated on; -np 2 is predicted from that fit alone, then measured.
+SWEEP_RATES = {8: [0.4, 0.8, 1.2, 1.6, 2.0], 2: [0.3, 0.5, 0.7, 0.9, 1.1]}
+SWEEP_WINDOW = "90s"
 PREDICT_REQUESTS = 2000
 CONTEXT_TOKENS = "8192"
 
@@ -113,55 +117,97 @@ def serving(slots: int, log: Path) -> Any:
             proc.wait()
 
 
-def measured_knee(url: str, start: float, window: str, out: Path) -> dict[str, Any]:
-    trial = knee_trial(_options(url, window), out)
-    started = time.monotonic()
-    result = KneeSearch(trial, resolution=0.1, repeats=1).run(start, start / 16, start * 16)
-    return {
-        "knee_rps": result.knee_rps,
-        "band": result.band_rps,
-        "trials": len(result.trials),
-        "wall_s": round(time.monotonic() - started, 1),
-    }
+P90_LIMIT_MS = 2000.0  # the SLO's threshold: p90(ttft)<=2s
 
 
-def predicted_knee(model: Path, slots: int, start: float, window: str) -> dict[str, Any]:
-    sc = load_scenario(model)
-    arrival = sc.arrival.model_copy(update={"duration": window, "warmup": "5s"})
-    sc = sc.model_copy(update={"arrival": arrival, "slo": [SLO]})
-    sc = with_value(sc, "llm.max_num_seqs", str(slots), "--set")
-    # The model's knee, not one draw of it: the simulator is cheap, so each trial holds
-    # PREDICT_REQUESTS (a 60-request trial's p90 would move the knee by +-20%).
-    result = knee(sc, start, resolution=0.05, min_requests=PREDICT_REQUESTS)
-    return {"knee_rps": result.knee_rps, "band": result.band_rps, "trials": len(result.trials)}
+def crossing_rps(rates: list[float], p90_ms: list[float | None]) -> float | None:
+    """The rate at which TTFT p90 reaches the SLO's 2 s: log-linear between the last
+    step under it and the first over it (a step with no answer counts as over). None
+    when no step is over (the knee is past the sweep) or the first one is."""
+    for i, v in enumerate(p90_ms):
+        if v is None or v > P90_LIMIT_MS:
+            if i == 0:
+                return None
+            lo_v = p90_ms[i - 1]
+            assert lo_v is not None
+            hi_v = v if v is not None else 100 * P90_LIMIT_MS
+            share = (math.log(P90_LIMIT_MS) - math.log(lo_v)) / (math.log(hi_v) - math.log(lo_v))
+            return rates[i - 1] + share * (rates[i] - rates[i - 1])
+    return None
+
+
+def measured_p90(sweep_dir: Path) -> list[tuple[float, float | None, int]]:
+    """(rate, TTFT p90 ms from the send, successful requests) per step of a sweep."""
+    steps, _ = load_steps([sweep_dir])
+    out = []
+    for step in steps:
+        ttft = step.ttft_ms()
+        p90 = float(np.percentile(ttft, 90)) if len(ttft) else None
+        out.append((step.rate_rps, p90, len(ttft)))
+    return out
+
+
+def predicted_p90(model: Path, slots: int, sweep_dir: Path) -> list[float | None]:
+    """Per measured step: the model's TTFT p90 for the same experiment (rate, window,
+    warm-up, prompt and output lengths), median over replications holding
+    PREDICT_REQUESTS; only the slot count (``-np``) changed."""
+    doc = yaml.safe_load(model.read_text())
+    doc["llm"]["max_num_seqs"] = slots
+    steps, _ = load_steps([sweep_dir])
+    out: list[float | None] = []
+    for step in steps:
+        values = []
+        for seed in range(1, replications_for(step, PREDICT_REQUESTS) + 1):
+            summary = simulate(parse_scenario(step_model(doc, step, seed))).summary
+            v = (summary.get("ttft_ms") or {}).get("p90")
+            values.append(float(v) if v is not None else math.inf)
+        median = float(np.median(values))
+        out.append(median if math.isfinite(median) else None)
+    return out
+
+
+def sweep(slots: int, rates: list[float], window: str, tmp: Path) -> Path:
+    where = tmp / f"sweep-np{slots}"
+    with serving(slots, tmp / f"sweep-np{slots}.log") as base:
+        sw = Sweep(_options(base, window), where)
+        sw.run_rates(rates)
+        sw.write()
+    return where
 
 
 def bench(tmp: Path, quick: bool) -> dict[str, Any]:
-    rates = SWEEP_RATES[::2] if quick else SWEEP_RATES
-    sweep_window, knee_window = ("30s", "30s") if quick else ("90s", "60s")
+    window = "30s" if quick else SWEEP_WINDOW
     load_before = os.getloadavg()[0]
     t0 = time.monotonic()
-    with serving(8, tmp / "sweep-np8.log") as base:
-        sweep = Sweep(_options(base, sweep_window), tmp / "sweep-np8")
-        sweep.run_rates(rates)
-        sweep.write()
+    sweeps = {}
+    for slots, rates in SWEEP_RATES.items():
+        sweeps[slots] = sweep(slots, rates[::2] if quick else rates, window, tmp)
+        print(f"swept -np {slots}", flush=True)
     sweep_s = time.monotonic() - t0
-    cal = calibrate([tmp / "sweep-np8"])
+    cal = calibrate([sweeps[8]])  # the -np 8 sweep only: -np 2 is the prediction's test
     model = tmp / "model.yaml"
     write_model(cal, model)
-    start = cal.measured_knee_rps or rates[0]
     rows = []
-    for slots in SLOTS:
-        pred = predicted_knee(model, slots, start * slots / 8 if slots < 8 else start, knee_window)
-        with serving(slots, tmp / f"knee-np{slots}.log") as base:
-            meas = measured_knee(base, pred["knee_rps"] or start, knee_window, tmp / f"np{slots}")
-        rows.append({"slots": slots, "predicted": pred, "measured": meas})
+    for slots, where in sweeps.items():
+        measured = measured_p90(where)
+        rates = [r for r, _, _ in measured]
+        meas = [v for _, v, _ in measured]
+        pred = predicted_p90(model, slots, where)
+        rows.append(
+            {
+                "slots": slots,
+                "rates": rates,
+                "requests": [n for _, _, n in measured],
+                "measured_p90_ms": meas,
+                "predicted_p90_ms": pred,
+                "predicted": {"knee_rps": crossing_rps(rates, pred)},
+                "measured": {"knee_rps": crossing_rps(rates, meas)},
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     return {
         "slo": SLO,
-        "sweep_rates": rates,
-        "sweep_window": sweep_window,
-        "knee_window": knee_window,
+        "sweep_window": window,
         "sweep_wall_s": round(sweep_s, 1),
         "params": cal.fit.params,
         "notes": cal.fit.notes,
@@ -180,12 +226,8 @@ def _ratio(row: dict[str, Any]) -> float | None:
     return p / m if p and m else None
 
 
-def _band(band: Any) -> str:
-    """[highest shown to hold, lowest shown to fail], either end possibly unknown."""
-    if not band:
-        return "-"
-    lo, hi = (f"{v:.2f}/s" if v else "?" for v in band)
-    return f"{lo} to {hi}"
+def _ms(v: float | None) -> str:
+    return f"{v:,.0f} ms" if v is not None else "none"
 
 
 def write_docs(res: dict[str, Any], machine: str) -> None:
@@ -198,40 +240,57 @@ def write_docs(res: dict[str, Any], machine: str) -> None:
         f"`benchmarks/calibrate_llama.py` ({when})",
         "",
         f"Machine: {machine}; load average {res['load_before']} before, {res['load_after']} "
-        f"after (1-minute). llama-server (llama.cpp 0.3.36 from the llama-cpp-python sdist, "
-        f"CPU, `-t 1 -c {CONTEXT_TOKENS}`), SmolLM2-135M-Instruct Q4_1; chat, streamed, "
-        f"prompts `{WORKLOAD['input_tokens']}` words, {WORKLOAD['max_tokens']} tokens out "
-        f"(`--ignore-eos`); SLO `{SLO}`.",
+        "after (1-minute). llama-server (llama.cpp from the llama-cpp-python 0.3.36 sdist, "
+        f"CPU, `-t 1 -c {CONTEXT_TOKENS}`, at nice -10), SmolLM2-135M-Instruct Q4_1; chat, "
+        f"streamed, prompts `{WORKLOAD['input_tokens']}` words, {WORKLOAD['max_tokens']} "
+        f"tokens out (`--ignore-eos`); SLO `{SLO}`.",
         "",
-        f"1. Sweep `-np 8` at {', '.join(f'{r:g}' for r in res['sweep_rates'])}/s, "
-        f"{res['sweep_window']} each ({res['sweep_wall_s'] / 60:.0f} min).",
-        f"2. `tailwise calibrate`: fit rms {res['fit_rms']} "
+        f"1. Sweep `-np 8` and `-np 2`, {res['sweep_window']} per step "
+        f"({res['sweep_wall_s'] / 60:.0f} min in all).",
+        f"2. `tailwise calibrate` the `-np 8` sweep alone: fit rms {res['fit_rms']} "
         f"({'POOR' if res['fit_poor'] else 'not poor'}; worst {res['worst'][0]} at "
         f"{res['worst'][1]:g}/s off by {res['worst'][2]:+.0%}). Fitted: base "
         f"{p['base_ms']:.2f} ms, prefill {p['prefill_ms_per_token']:.2f} ms/token, decode "
         f"{p['decode_ms_per_seq']:.2f} ms/sequence, delay {p['delay_ms']:.2f} ms, "
-        f"max_num_seqs {p['max_num_seqs']}, prefill_chunk_tokens "
+        f"max_num_seqs {p['max_num_seqs']} (from the server), prefill_chunk_tokens "
         f"{p.get('prefill_chunk_tokens', 0)}.",
-        "3. Predict each knee on the simulator (`llm.max_num_seqs` set to the slot count; "
-        f"{PREDICT_REQUESTS} simulated requests per trial), then measure it on llama-server: "
-        f"{res['knee_window']} per trial, 10% resolution, one repeat of the final bracket.",
+        "3. Predict each step's TTFT p90 on the simulator (the same rate, window, warm-up "
+        f"and lengths; the median of replications holding {PREDICT_REQUESTS} requests; "
+        "`llm.max_num_seqs` set to the slot count), and compare with the measured one.",
+        "4. The knee: the rate at which TTFT p90 reaches 2 s, log-linear between the last "
+        "step under and the first over, the same rule on both sides.",
         "",
-        f"Target (issue 25): predicted knee within {TOLERANCE:.0%} of the measured one.",
+        f"Target (issue 25): predicted knee within {TOLERANCE:.0%} of the measured one at "
+        "`-np 2`, a slot count the fit never saw.",
         "",
-        "| slots (`-np`) | predicted knee | measured knee | predicted / measured | within 20% "
-        "| measured band | trials | wall |",
-        "|---|---|---|---|---|---|---|---|",
+        "| slots (`-np`) | predicted knee | measured knee | predicted / measured | within 20% |",
+        "|---|---|---|---|---|",
     ]
     for row in res["knees"]:
         r = _ratio(row)
-        m = row["measured"]
         ok = "yes" if r and abs(r - 1) <= TOLERANCE else "no"
-        pred = row["predicted"]["knee_rps"]
+        pk, mk = row["predicted"]["knee_rps"], row["measured"]["knee_rps"]
         lines.append(
-            f"| {row['slots']} | {pred or 0:.2f}/s | {m['knee_rps'] or 0:.2f}/s | "
-            f"{f'{r:.2f}' if r else '-'} | {ok} | {_band(m['band'])} | {m['trials']} | "
-            f"{m['wall_s'] / 60:.0f} min |"
+            f"| {row['slots']}{' (fitted)' if row['slots'] == 8 else ''} | "
+            f"{f'{pk:.2f}/s' if pk else 'past the sweep'} | "
+            f"{f'{mk:.2f}/s' if mk else 'past the sweep'} | {f'{r:.2f}' if r else '-'} | {ok} |"
         )
+    for row in res["knees"]:
+        lines += [
+            "",
+            f"TTFT p90 per step, `-np {row['slots']}`:",
+            "",
+            "| rate | requests | measured | predicted |",
+            "|---|---|---|---|",
+        ]
+        for rate, n, m, pr in zip(
+            row["rates"],
+            row["requests"],
+            row["measured_p90_ms"],
+            row["predicted_p90_ms"],
+            strict=True,
+        ):
+            lines.append(f"| {rate:g}/s | {n} | {_ms(m)} | {_ms(pr)} |")
     lines += ["", "Calibration notes:", *[f"- {n}" for n in res["notes"]]]
     write_block(begin, end, "\n".join([*lines, end]))
 
@@ -239,7 +298,7 @@ def write_docs(res: dict[str, Any], machine: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write-docs", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="3 sweep steps, 30 s windows")
+    ap.add_argument("--quick", action="store_true", help="3 steps per sweep, 30 s windows")
     ap.add_argument("--keep", type=Path, help="keep the sweep, model and trials here")
     args = ap.parse_args()
     _raise_priority(os.getpid())

@@ -14,7 +14,7 @@ BENCHMARKS = [
     ["knee_accuracy.py", "--write-docs"],
     ["sim_vs_simpy.py", "--write-docs"],
     ["calibrate_predict.py", "--write-docs"],
-    ["calibrate_llama.py", "--write-docs"],  # builds llama-server once; about 30 minutes
+    ["calibrate_llama.py", "--write-docs"],  # builds llama-server once; about 20 minutes
     ["instrument_overhead.py", "--write-docs"],
     ["scale_local.py", "--write-docs"],
     ["reliability_table.py", "--write-docs"],
