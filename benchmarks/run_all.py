@@ -13,6 +13,7 @@ BENCHMARKS = [
     ["knee_accuracy.py", "--write-docs"],
     ["sim_vs_simpy.py", "--write-docs"],
     ["calibrate_predict.py", "--write-docs"],
+    ["calibrate_paged.py", "--write-docs"],  # about fifteen minutes on two cores
     ["instrument_overhead.py", "--write-docs"],
     ["scale_local.py", "--write-docs"],
     ["reliability_table.py", "--write-docs"],

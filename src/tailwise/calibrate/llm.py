@@ -5,6 +5,7 @@ shape; its law is :mod:`tailwise.laws.llm`): continuous batching where a step
 costs
 
     a + b x (prompt tokens prefilled in it) + c x (sequences decoding in it)
+      + k x (KV tokens the decoding sequences attend to)
 
 with at most ``max_num_seqs`` sequences running, plus a delay D outside the
 engine (HTTP, SSE framing) that every chunk of a stream carries.
@@ -21,6 +22,10 @@ engine (HTTP, SSE framing) that every chunk of a stream carries.
 * **max_num_seqs**: at saturation every slot is taken, so N there (plus the
   prefill step each sequence spends admitted) is the slot count.
 * **D** is the low-load TTFT intercept less a.
+* **Context, k**: the slope of each request's inter-token gaps against its own
+  context (:mod:`tailwise.calibrate.context`); what it adds to a step,
+  k N (P + O/2) on average, is taken off TPOT before a and c are fitted, and
+  k is held at its value while the others are refined.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from tailwise.calibrate.context import context_share_ms, fit_context
 from tailwise.calibrate.fit import calm_steps, refine, token_form
 from tailwise.calibrate.generic import Fit
 from tailwise.calibrate.steps import Step
@@ -55,8 +61,11 @@ def _prefill(low: Step) -> tuple[float, float, list[str]]:
     return float(intercept), max(float(slope), 0.0), []
 
 
-def _decode_points(steps: list[Step]) -> list[tuple[float, float, float, float]]:
-    """Per step: (throughput /s, running batch N, mean TPOT ms, mean prompt tokens)."""
+def _decode_points(
+    steps: list[Step], kv_ms: float = 0.0
+) -> list[tuple[float, float, float, float]]:
+    """Per step: (throughput /s, running batch N, mean TPOT ms, mean prompt tokens); with
+    a context term, TPOT less what that term adds to a step."""
     points = []
     for s in steps:
         r, ok = s.records, s.ok()
@@ -66,7 +75,9 @@ def _decode_points(steps: list[Step]) -> list[tuple[float, float, float, float]]
         if len(tpot) == 0 or len(span) == 0:
             continue
         n = s.throughput_rps * float(span.mean()) / 1e9
-        points.append((s.throughput_rps, n, float(tpot.mean()), float(r.input_tokens[ok].mean())))
+        prompt = float(r.input_tokens[ok].mean())
+        kv = context_share_ms(kv_ms, n, prompt, float(r.output_tokens[ok].mean()))
+        points.append((s.throughput_rps, n, float(tpot.mean()) - kv, prompt))
     return points
 
 
@@ -111,6 +122,8 @@ def llm_model(p: dict[str, float], timeout: str) -> dict[str, Any]:
         "max_model_len": 1 << 20,
         "timeout": timeout,
     }
+    if p.get("kv_ms_per_token"):
+        llm["kv_per_token"] = f"{p['kv_ms_per_token']:.6g}ms"
     model: dict[str, Any] = {"llm": llm}
     if p["delay_ms"] > 0:
         model["delay"] = f"{p['delay_ms']:.6g}ms"
@@ -121,7 +134,9 @@ def fit_llm(steps: list[Step], on_step: Callable[[int, float], None] | None = No
     """Closed forms for a first guess, then a pattern search on the simulated steps."""
     low = steps[0]
     intercept_ms, b_ms, notes = _prefill(low)
-    points = _decode_points(calm_steps(steps))
+    kv_ms, more = fit_context(steps)  # the step law holds at any load: every step counts
+    notes += more
+    points = _decode_points(calm_steps(steps), kv_ms)
     a_ms, c_ms = _decode(points, b_ms, points[0][2] if points else 1.0)
     slots, more = _slots(steps, a_ms, b_ms, c_ms)
     notes += more
@@ -138,10 +153,11 @@ def fit_llm(steps: list[Step], on_step: Callable[[int, float], None] | None = No
         start.pop("max_num_seqs")
 
     def build(p: dict[str, float]) -> dict[str, Any]:
-        return llm_model({"max_num_seqs": float(slots), **p}, timeout)
+        return llm_model({"max_num_seqs": float(slots), "kv_ms_per_token": kv_ms, **p}, timeout)
 
     best, _ = refine(build, start, steps, integers=integers, on_step=on_step)
     params: dict[str, Any] = {k: round(v, 6) for k, v in best.items()}
+    params["kv_ms_per_token"] = round(kv_ms, 9)
     params["max_num_seqs"] = int(best.get("max_num_seqs", slots))
     params["closed_form_start"] = {k: round(v, 6) for k, v in start.items()}
     params["highest_throughput_rps"] = round(max(s.throughput_rps for s in steps), 3)
