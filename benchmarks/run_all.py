@@ -15,6 +15,7 @@ BENCHMARKS = [
     ["sim_vs_simpy.py", "--write-docs"],
     ["calibrate_predict.py", "--write-docs"],
     ["calibrate_llama.py", "--write-docs"],  # builds llama-server once; about 20 minutes
+    ["calibrate_paged.py", "--write-docs"],  # about fifteen minutes on two cores
     ["instrument_overhead.py", "--write-docs"],
     ["scale_local.py", "--write-docs"],
     ["reliability_table.py", "--write-docs"],

@@ -13,9 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tailwise.calibrate import calibrate, write_model
+from tailwise.calibrate.llm import theil_sen
 from tailwise.calibrate.steps import load_steps
 from tailwise.errors import BadInput
 from tailwise.loadgen.runner import RunOptions
@@ -237,3 +239,15 @@ def test_cli_refuses_bad_slots_and_chunk(
     sweep = simulated_sweep(tmp_path, {"llm": LLAMA_CPP_LAW}, [2], 5)
     code, _, err = run_cli(["calibrate", str(sweep), flag, value], capsys)
     assert code == 2 and flag in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_prefill_line_is_not_tilted_by_one_cold_request() -> None:
+    """One request that met a cold server flattens a least-squares line to a slope of 0;
+    the median line keeps the true 0.02 ms per token."""
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(32, 512, size=40).astype(np.float64)
+    ttft = 6.0 + 0.02 * prompt + rng.normal(0, 0.3, size=40)
+    ttft[np.argmin(prompt)] = 64.0  # the cold one, at the shortest prompt
+    assert np.polyfit(prompt, ttft, 1)[0] < 0.012
+    slope, intercept = theil_sen(prompt, ttft)
+    assert slope == pytest.approx(0.02, rel=0.1) and intercept == pytest.approx(6.0, abs=0.5)

@@ -5,6 +5,7 @@ shape; its law is :mod:`tailwise.laws.llm`): continuous batching where a step
 costs
 
     a + b x (prompt tokens prefilled in it) + c x (sequences decoding in it)
+      + k x (KV tokens the decoding sequences attend to)
 
 with at most ``max_num_seqs`` sequences running, plus a delay D outside the
 engine (HTTP, SSE framing) that every chunk of a stream carries.
@@ -21,6 +22,10 @@ engine (HTTP, SSE framing) that every chunk of a stream carries.
 * **max_num_seqs**: at saturation every slot is taken, so N there (plus the
   prefill step each sequence spends admitted) is the slot count.
 * **D** is the low-load TTFT intercept less a.
+* **Context, k**: the slope of each request's inter-token gaps against its own
+  context (:mod:`tailwise.calibrate.context`); what it adds to a step,
+  k N (P + O/2) on average, is taken off TPOT before a and c are fitted, and
+  k is held at its value while the others are refined.
 
 What the server says of itself comes first (llama.cpp's ``llama-server``;
 see :mod:`tailwise.loadgen.server_props` and ``server.jsonl``):
@@ -47,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from tailwise.calibrate.context import context_share_ms, fit_context
 from tailwise.calibrate.fit import calm_steps, goodness, refine, token_form
 from tailwise.calibrate.generic import Fit
 from tailwise.calibrate.steps import Step
@@ -118,12 +124,32 @@ def _prefill(low: Step) -> tuple[float, float, list[str]]:
             "(run that step with --input-tokens uniform:A-B); it rides in the delay"
         )
         return float(np.median(ttft_ms)), 0.0, [note]
-    slope, intercept = np.polyfit(prompt, ttft_ms, 1)
-    return float(intercept), max(float(slope), 0.0), []
+    slope, intercept = theil_sen(prompt, ttft_ms)
+    return intercept, max(slope, 0.0), []
 
 
-def _decode_points(steps: list[Step]) -> list[tuple[float, float, float, float]]:
-    """Per step: (throughput /s, running batch N, mean TPOT ms, mean prompt tokens)."""
+MAX_PAIRS_POINTS = 1000  # Theil-Sen's pairs grow as n^2: a larger sample is thinned
+
+
+def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(slope, intercept) of the median line: the median of the pairwise slopes, then the
+    median intercept. A few wild points (a cold server's first request, a request that
+    met a burst) cannot tilt it, as they tilt a least-squares line."""
+    if len(x) > MAX_PAIRS_POINTS:
+        keep = np.linspace(0, len(x) - 1, MAX_PAIRS_POINTS).astype(np.int64)
+        x, y = x[keep], y[keep]
+    i, j = np.triu_indices(len(x), k=1)
+    dx = x[j] - x[i]
+    usable = dx != 0
+    slope = float(np.median((y[j] - y[i])[usable] / dx[usable]))
+    return slope, float(np.median(y - slope * x))
+
+
+def _decode_points(
+    steps: list[Step], kv_ms: float = 0.0
+) -> list[tuple[float, float, float, float]]:
+    """Per step: (throughput /s, running batch N, mean TPOT ms, mean prompt tokens); with
+    a context term, TPOT less what that term adds to a step."""
     points = []
     for s in steps:
         r, ok = s.records, s.ok()
@@ -133,7 +159,10 @@ def _decode_points(steps: list[Step]) -> list[tuple[float, float, float, float]]
         if len(tpot) == 0 or len(span) == 0:
             continue
         n = s.throughput_rps * float(span.mean()) / 1e9
-        points.append((s.throughput_rps, n, float(tpot.mean()), float(s.prompt_tokens().mean())))
+        prompt = float(s.prompt_tokens().mean())  # prefilled: less the server's cache
+        context = float(r.input_tokens[ok].mean())  # attended to: the cached part too
+        kv = context_share_ms(kv_ms, n, context, float(r.output_tokens[ok].mean()))
+        points.append((s.throughput_rps, n, float(tpot.mean()) - kv, prompt))
     return points
 
 
@@ -201,6 +230,8 @@ def llm_model(p: dict[str, float], timeout: str, chunk_tokens: int = 0) -> dict[
     }
     if chunk_tokens:
         llm["prefill_chunk_tokens"] = chunk_tokens
+    if p.get("kv_ms_per_token"):
+        llm["kv_per_token"] = f"{p['kv_ms_per_token']:.6g}ms"
     model: dict[str, Any] = {"llm": llm}
     if p["delay_ms"] > 0:
         model["delay"] = f"{p['delay_ms']:.6g}ms"
@@ -236,8 +267,10 @@ def fit_llm(
             )
     mixed = prefill_chunk > 0
     low = steps[0]
+    kv_ms, more = fit_context(steps)  # the step law holds at any load: every step counts
+    notes += more
     told = _server_prefill(low)
-    points = _decode_points(calm_steps(steps))
+    points = _decode_points(calm_steps(steps), kv_ms)
     first_tpot = points[0][2] if points else 1.0
     if told is not None:
         # b and a depend on each other: a prompt's time is a + b x its tokens, and
@@ -272,7 +305,9 @@ def fit_llm(
     chosen = slots
 
     def build(p: dict[str, float]) -> dict[str, Any]:
-        return llm_model({"max_num_seqs": float(chosen), **p}, timeout, prefill_chunk)
+        return llm_model(
+            {"max_num_seqs": float(chosen), "kv_ms_per_token": kv_ms, **p}, timeout, prefill_chunk
+        )
 
     best, _ = refine(build, start, steps, integers=integers, on_step=on_step)
     # The search scores small samples (fixed seeds, so it is deterministic, but a p99
@@ -287,6 +322,7 @@ def fit_llm(
                 f"vs {refined:.3f}): kept"
             )
     params: dict[str, Any] = {k: round(v, 6) for k, v in best.items()}
+    params["kv_ms_per_token"] = round(kv_ms, 9)
     params["max_num_seqs"] = int(best.get("max_num_seqs", slots))
     if prefill_chunk:
         params["prefill_chunk_tokens"] = prefill_chunk

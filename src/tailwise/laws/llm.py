@@ -8,7 +8,8 @@ A step's duration is
 
 The last term is attention's cost growing with context: a sequence making
 its k-th token attends to prompt + k - 1 tokens of KV. It is 0 by default
-(the demo's law has no context term), and calibrate does not fit it yet.
+(``serve-demo --per-kv-token``); calibrate fits it from how TPOT grows
+with the context (:mod:`tailwise.calibrate.context`).
 
 The demo server (:mod:`tailwise.server.engine`) sleeps that long per step in
 real time, the simulator (:mod:`tailwise.sim.llm`) replays the same steps in
@@ -25,7 +26,7 @@ through :func:`step_cost`. Both engines schedule by the same rules:
 
 KV-cache allocation (``kv_allocation``): ``reserve`` (the demo server's rule)
 holds prompt + max_tokens tokens from admission to the end, so a running
-sequence never runs out; ``paged`` (vLLM's PagedAttention, simulator only)
+sequence never runs out; ``paged`` (vLLM's PagedAttention, both engines)
 allocates blocks of ``kv_block_tokens`` as tokens are produced, admits while
 ``kv_watermark`` of the blocks stays free, and preempts a running sequence
 when one needs a block and none is free (:mod:`tailwise.sim.llm_paged`), by
@@ -55,6 +56,11 @@ def step_cost(
     return cost + kv_per_token * kv_tokens if kv_per_token else cost
 
 
+def blocks_for(tokens: int, block_tokens: int) -> int:
+    """Paged KV: blocks that hold ``tokens`` tokens' KV."""
+    return -(-tokens // block_tokens)
+
+
 KV_ALLOCATIONS = ("reserve", "paged")
 KV_PREEMPTIONS = ("recompute", "swap")
 
@@ -73,7 +79,7 @@ class EngineConfig:
     max_model_len: int = 4096
     request_timeout_s: float = 60.0
     kv_s_per_token: float = 0.0  # attention: per KV token of the decoding sequences
-    kv_allocation: str = "reserve"  # one of KV_ALLOCATIONS (the demo server: reserve only)
+    kv_allocation: str = "reserve"  # one of KV_ALLOCATIONS (the demo server: no swap)
     kv_block_tokens: int = 16  # paged: tokens per block (vLLM's default block size)
     kv_watermark: float = 0.01  # paged: share of blocks admission leaves free (vLLM's 0.01)
     kv_preemption: str = "recompute"  # paged: "recompute" or "swap" (blocks to CPU memory)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import socket
 import struct
 import sys
@@ -140,11 +141,12 @@ def _llm_metrics(engine: Engine) -> str:
     ex.gauge("queue_depth", len(engine.waiting), "Requests waiting for admission.")
     ex.gauge("running_seqs", len(engine.running), "Sequences in the running batch.")
     ex.gauge("max_num_seqs", cfg.max_num_seqs, "Batch slots.")
-    ex.gauge("kv_cache_used_tokens", engine.kv_used_tokens, "KV-cache tokens reserved.")
+    ex.gauge("kv_cache_used_tokens", engine.kv_used_tokens, "KV-cache tokens held.")
     ex.gauge("kv_cache_capacity_tokens", cfg.kv_cache_tokens, "KV-cache size in tokens.")
     usage = engine.kv_used_tokens / cfg.kv_cache_tokens if cfg.kv_cache_tokens else 0.0
-    ex.gauge("kv_cache_usage_ratio", usage, "KV-cache reserved share, 0 to 1.")
-    ex.counter("preemptions", 0, "Sequences preempted (never: KV is reserved at admission).")
+    ex.gauge("kv_cache_usage_ratio", usage, "KV-cache held share, 0 to 1.")
+    # vllm:num_preemptions_total's meaning (metrics.server reads both as "preemptions")
+    ex.counter("preemptions", st.preemptions, "Sequences preempted (paged KV; recompute).")
     ex.gauge("output_tokens_per_second", engine.tokens_per_s(), "Output tokens/s, last 5 s.")
     ex.counter("requests_admitted", st.admitted, "Requests admitted to the batch.")
     ex.counter("requests_finished", st.finished, "Requests that generated all their tokens.")
@@ -380,9 +382,15 @@ def describe(cfg: DemoConfig) -> str:
         e = cfg.engine
         return (
             f"llm target: step = {e.base_s * 1e3:g} ms + {e.prefill_s_per_token * 1e3:g} ms x "
-            f"prefill tokens + {e.decode_s_per_seq * 1e3:g} ms x decoding seqs; "
-            f"max_num_seqs {e.max_num_seqs}, KV {e.kv_cache_tokens} tokens, "
-            f"chunked prefill {e.prefill_chunk_tokens or 'off'}, waiting queue {e.max_waiting}"
+            f"prefill tokens + {e.decode_s_per_seq * 1e3:g} ms x decoding seqs"
+            + (f" + {e.kv_s_per_token * 1e3:g} ms x KV tokens" if e.kv_s_per_token else "")
+            + f"; max_num_seqs {e.max_num_seqs}, KV {e.kv_cache_tokens} tokens "
+            + (
+                f"(paged, blocks of {e.kv_block_tokens}, watermark {e.kv_watermark:g})"
+                if e.kv_allocation == "paged"
+                else "(reserved)"
+            )
+            + f", chunked prefill {e.prefill_chunk_tokens or 'off'}, waiting queue {e.max_waiting}"
         )
     if cfg.kind == "embed":
         b = cfg.batch
@@ -401,6 +409,27 @@ def describe(cfg: DemoConfig) -> str:
         )
         + (f", stall {law.stall_s:g}s every {law.period_s:g}s" if law.stall_s else "")
     )
+
+
+def _paged_options(kw: dict[str, Any]) -> dict[str, Any]:
+    """--kv-allocation, --kv-block-tokens and --kv-watermark, checked (BadInput)."""
+    from tailwise.laws.llm import KV_ALLOCATIONS
+    from tailwise.units import parse_count
+
+    allocation = str(kw["kv_allocation"])
+    if allocation not in KV_ALLOCATIONS:
+        raise BadInput("--kv-allocation", allocation, " | ".join(KV_ALLOCATIONS))
+    block = parse_count(str(kw["kv_block_tokens"]), "--kv-block-tokens")
+    cache = parse_count(str(kw["kv_cache_tokens"]), "--kv-cache-tokens")
+    if block > cache:
+        raise BadInput("--kv-block-tokens", block, f"at most --kv-cache-tokens ({cache})")
+    try:
+        watermark = float(kw["kv_watermark"])
+    except ValueError:
+        watermark = math.nan
+    if not 0.0 <= watermark < 1.0:
+        raise BadInput("--kv-watermark", kw["kv_watermark"], "a share of the blocks, 0 <= w < 1")
+    return {"kv_allocation": allocation, "kv_block_tokens": block, "kv_watermark": watermark}
 
 
 def config_from_options(kw: dict[str, Any]) -> DemoConfig:
@@ -424,6 +453,8 @@ def config_from_options(kw: dict[str, Any]) -> DemoConfig:
         max_waiting=count("max_waiting", 0),
         max_model_len=count("max_model_len"),
         request_timeout_s=seconds("request_timeout"),
+        kv_s_per_token=seconds("per_kv_token"),
+        **_paged_options(kw),
     )
     batch = BatchConfig(
         max_batch=count("max_batch"),

@@ -5,14 +5,26 @@ the law of :mod:`tailwise.laws.llm` (shared with the simulator and calibrate),
 
     step_s = base_s + prefill_s_per_token * prefill_tokens_in_step
                     + decode_s_per_seq * decoding_sequences_in_step
+                    + kv_s_per_token * KV tokens of the decoding sequences
 
 and the loop really sleeps that long, so queueing in front of the engine is
 real queueing. Scheduling follows vLLM's shape:
 
 * **admission** is FCFS from a bounded waiting queue while fewer than
-  ``max_num_seqs`` run and the KV cache has room for the sequence's whole
-  context (prompt + max_tokens, reserved at admission, so nothing is ever
-  preempted); a head that does not fit blocks the ones behind it;
+  ``max_num_seqs`` run and the KV cache has room for the sequence; a head
+  that does not fit blocks the ones behind it. With ``kv_allocation``
+  ``reserve`` (the default) room means the whole context (prompt +
+  max_tokens, reserved at admission, so nothing is ever preempted);
+* with ``kv_allocation`` ``paged`` (vLLM's PagedAttention, recompute mode)
+  the rules are the simulator's (:mod:`tailwise.sim.llm_paged`), step for
+  step: blocks of ``kv_block_tokens`` are taken as the KV grows (the prompt's
+  at admission, which must leave ``kv_watermark`` of the blocks free; one
+  more when a decoding sequence crosses into a new block), and when a
+  decoding sequence needs a block and none is free the most recently
+  admitted running sequence is preempted: its blocks are freed, it goes back
+  to the front of the waiting queue and, re-admitted, prefills prompt +
+  tokens made so far (its KV recomputed) before it samples its next token.
+  Growth is checked oldest first, before the step is planned;
 * **without chunked prefill** a step either prefills every admitted prompt
   (decodes pause: the ITL spike real engines show) or decodes every running
   sequence; the step that finishes a prompt also yields its first token;
@@ -33,7 +45,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from tailwise.laws.llm import EngineConfig, prefill_chunks
+from tailwise.laws.llm import EngineConfig, blocks_for, prefill_chunks
 from tailwise.server import Background
 
 FINISHED = -1  # event pushed after the last token
@@ -57,6 +69,12 @@ class Sequence:
     abort_reason: str = ""
     # Each event is the number of new tokens (>= 1), FINISHED or ABORTED.
     events: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
+    fill: int = 0  # what the next prefill computes: the prompt, after a preemption + tokens made
+    blocks: int = 0  # paged: KV blocks held
+    preempted: int = 0  # times preempted (paged)
+
+    def __post_init__(self) -> None:
+        self.fill = self.fill or self.prompt_tokens
 
     @property
     def context_tokens(self) -> int:
@@ -101,6 +119,7 @@ class EngineStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     steps: int = 0
+    preemptions: int = 0  # paged KV: running sequences sent back to wait (recompute)
     step_seconds_sum: float = 0.0
     lag_s: float = 0.0  # time the engine fell behind its cost model (CPU shortage)
     step_seconds_buckets: list[int] = field(default_factory=list)
@@ -121,8 +140,13 @@ class Engine(Background):
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
-        self.kv_used_tokens = 0
+        self.running: list[Sequence] = []  # admission order, oldest first
+        if config.kv_preemption != "recompute" or config.prefix_caching:
+            raise ValueError("the demo engine preempts by recompute, without prefix caching")
+        self.paged = config.kv_allocation == "paged"
+        self.free_blocks = config.kv_blocks  # paged
+        self.keep_blocks = config.watermark_blocks  # paged: admission leaves these free
+        self.reserved_tokens = 0  # reserve: prompt + max_tokens of the running sequences
         self.stats = EngineStats(step_seconds_buckets=[0] * len(STEP_BUCKETS_S))
         self._wake = asyncio.Event()
 
@@ -157,7 +181,7 @@ class Engine(Background):
         self.stats.count(self.stats.aborted, reason)
         if seq in self.running:
             self.running.remove(seq)
-            self.kv_used_tokens -= seq.context_tokens
+            self._release(seq)
             self._wake.set()  # a waiting sequence may fit now
         else:
             with contextlib.suppress(ValueError):
@@ -201,24 +225,87 @@ class Engine(Background):
         for seq in [s for s in (*self.waiting, *self.running) if s.deadline_s <= now]:
             self.abort(seq, "timeout")
 
+    @property
+    def kv_used_tokens(self) -> int:
+        """KV tokens held: reserved (prompt + max_tokens each) or, paged, blocks in use."""
+        if self.paged:
+            cfg = self.config
+            return (cfg.kv_blocks - self.free_blocks) * cfg.kv_block_tokens
+        return self.reserved_tokens
+
     def _admit(self) -> None:
         cfg = self.config
         while self.waiting and len(self.running) < cfg.max_num_seqs:
             head = self.waiting[0]
-            if self.kv_used_tokens + head.context_tokens > cfg.kv_cache_tokens:
+            if not self._allocate(head):
                 return  # FCFS: the head waits for KV space, and so does everyone behind it
             self.waiting.popleft()
-            self.kv_used_tokens += head.context_tokens
             self.running.append(head)
-            self.stats.admitted += 1
-            self.stats.queue_time.observe(time.monotonic() - head.arrival_s)
+            if not head.preempted:  # counted once, at the first admission
+                self.stats.admitted += 1
+                self.stats.queue_time.observe(time.monotonic() - head.arrival_s)
+
+    def _allocate(self, seq: Sequence) -> bool:
+        """Take ``seq``'s KV at admission if there is room."""
+        if not self.paged:
+            if self.reserved_tokens + seq.context_tokens > self.config.kv_cache_tokens:
+                return False
+            self.reserved_tokens += seq.context_tokens
+            return True
+        need = blocks_for(seq.fill, self.config.kv_block_tokens)
+        if self.free_blocks - need < self.keep_blocks:
+            return False
+        self.free_blocks -= need
+        seq.blocks = need
+        return True
+
+    def _release(self, seq: Sequence) -> None:
+        """Free a sequence's KV (it has left the running batch)."""
+        if self.paged:
+            self.free_blocks += seq.blocks
+            seq.blocks = 0
+        else:
+            self.reserved_tokens -= seq.context_tokens
+
+    def _grow_or_preempt(self, decoding: list[Sequence]) -> None:
+        """Paged: each decoding sequence's block for this step, oldest first; when none is
+        free the most recently admitted running sequence is preempted (itself, if it is)."""
+        block = self.config.kv_block_tokens
+        for seq in decoding:
+            if seq not in self.running:  # preempted to make room for an older one
+                continue
+            need = blocks_for(seq.prompt_tokens + seq.generated, block) - seq.blocks
+            while need > self.free_blocks:
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            if seq in self.running:
+                self.free_blocks -= need
+                seq.blocks += need
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Back to the front of the waiting queue; re-admitted, it prefills prompt + the
+        tokens made so far (recompute) and that prefill samples its next token."""
+        self.running.remove(seq)
+        self._release(seq)
+        seq.fill = seq.prompt_tokens + seq.generated
+        seq.prefilled = 0
+        seq.preempted += 1
+        self.stats.preemptions += 1
+        self.waiting.appendleft(seq)
 
     def _plan(self) -> tuple[list[tuple[Sequence, int]], list[Sequence]]:
-        """This step's work: (sequence, prompt tokens) to prefill, sequences to decode."""
-        pending = [s for s in self.running if s.prefilled < s.prompt_tokens]
-        decoding = [s for s in self.running if s.prefilled >= s.prompt_tokens]
-        left = [s.prompt_tokens - s.prefilled for s in pending]
+        """This step's work: (sequence, prompt tokens) to prefill, sequences to decode
+        (paged: after the decoding sequences' blocks are taken, preempting if needed)."""
         budget = self.config.prefill_chunk_tokens
+        pending = [s for s in self.running if s.prefilled < s.fill]
+        decoding = [s for s in self.running if s.prefilled >= s.fill]
+        if self.paged and decoding and (budget > 0 or not pending):
+            self._grow_or_preempt(decoding)
+            pending = [s for s in self.running if s.prefilled < s.fill]
+            decoding = [s for s in self.running if s.prefilled >= s.fill]
+        left = [s.fill - s.prefilled for s in pending]
         if budget <= 0:
             if pending:  # a prefill-only step: decodes wait
                 return list(zip(pending, left, strict=True)), []
@@ -245,9 +332,10 @@ class Engine(Background):
                 continue
             seq.prefilled += chunk
             self.stats.prompt_tokens += chunk
-            if seq.prefilled >= seq.prompt_tokens:  # the step that ends a prompt samples a token
-                seq.first_token_s = now
-                self.stats.ttft.observe(now - seq.arrival_s)
+            if seq.prefilled >= seq.fill:  # the step that ends a prompt samples a token
+                if not seq.generated:  # (after a recompute: the next one)
+                    seq.first_token_s = now
+                    self.stats.ttft.observe(now - seq.arrival_s)
                 emitted += self._emit(seq)
         for seq in decoding:
             if not seq.done:
@@ -262,7 +350,7 @@ class Engine(Background):
         if seq.generated >= seq.max_tokens:
             seq.done = True
             self.running.remove(seq)
-            self.kv_used_tokens -= seq.context_tokens
+            self._release(seq)
             self.stats.finished += 1
             seq.events.put_nowait(FINISHED)
         return 1

@@ -44,7 +44,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from tailwise.laws.llm import EngineConfig
+from tailwise.laws.llm import EngineConfig, blocks_for
 from tailwise.sim.llm_engine import (
     ADMITTED,
     DECODING,
@@ -54,11 +54,6 @@ from tailwise.sim.llm_engine import (
     RequestTable,
 )
 from tailwise.sim.llm_prefix import PrefixCache
-
-
-def blocks_for(tokens: int, block_tokens: int) -> int:
-    """Blocks that hold ``tokens`` tokens' KV."""
-    return -(-tokens // block_tokens)
 
 
 class PagedLlmEngine(LlmEngine):
