@@ -168,6 +168,8 @@ def predicted_p90(model: Path, slots: int, sweep_dir: Path) -> list[float | None
 
 def sweep(slots: int, rates: list[float], window: str, tmp: Path) -> Path:
     where = tmp / f"sweep-np{slots}"
+    if (where / "sweep.json").is_file():  # --keep DIR of an earlier run: measured already
+        return where
     with serving(slots, tmp / f"sweep-np{slots}.log") as base:
         sw = Sweep(_options(base, window), where)
         sw.run_rates(rates)
@@ -177,13 +179,19 @@ def sweep(slots: int, rates: list[float], window: str, tmp: Path) -> Path:
 
 def bench(tmp: Path, quick: bool) -> dict[str, Any]:
     window = "30s" if quick else SWEEP_WINDOW
-    load_before = os.getloadavg()[0]
+    meta_file = tmp / "measured.json"  # when and under what load the sweeps ran
+    meta = {"load_before": round(os.getloadavg()[0], 2), "when": time.time()}
     t0 = time.monotonic()
     sweeps = {}
     for slots, rates in SWEEP_RATES.items():
         sweeps[slots] = sweep(slots, rates[::2] if quick else rates, window, tmp)
         print(f"swept -np {slots}", flush=True)
-    sweep_s = time.monotonic() - t0
+    if meta_file.is_file():
+        meta = json.loads(meta_file.read_text())
+    else:
+        meta |= {"sweep_wall_s": round(time.monotonic() - t0, 1)}
+        meta |= {"load_after": round(os.getloadavg()[0], 2)}
+        meta_file.write_text(json.dumps(meta))
     cal = calibrate([sweeps[8]])  # the -np 8 sweep only: -np 2 is the prediction's test
     model = tmp / "model.yaml"
     write_model(cal, model)
@@ -208,15 +216,16 @@ def bench(tmp: Path, quick: bool) -> dict[str, Any]:
     return {
         "slo": SLO,
         "sweep_window": window,
-        "sweep_wall_s": round(sweep_s, 1),
+        "sweep_wall_s": meta["sweep_wall_s"],
+        "measured_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(meta["when"])),
         "params": cal.fit.params,
         "notes": cal.fit.notes,
         "fit_rms": round(cal.goodness.rms_log_error, 3),
         "fit_poor": cal.goodness.poor,
         "worst": cal.goodness.worst,
         "knees": rows,
-        "load_before": round(load_before, 2),
-        "load_after": round(os.getloadavg()[0], 2),
+        "load_before": meta["load_before"],
+        "load_after": meta["load_after"],
         "priority_raised": _raise_priority(os.getpid()),
     }
 
@@ -233,11 +242,10 @@ def _ms(v: float | None) -> str:
 def write_docs(res: dict[str, Any], machine: str) -> None:
     p = res["params"]
     begin, end = "<!-- calibrate_llama:begin -->", "<!-- calibrate_llama:end -->"
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
         begin,
         "## Calibrate a real llama-server, predict another slot count: "
-        f"`benchmarks/calibrate_llama.py` ({when})",
+        f"`benchmarks/calibrate_llama.py` ({res['measured_utc']})",
         "",
         f"Machine: {machine}; load average {res['load_before']} before, {res['load_after']} "
         "after (1-minute). llama-server (llama.cpp from the llama-cpp-python 0.3.36 sdist, "
@@ -299,7 +307,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write-docs", action="store_true")
     ap.add_argument("--quick", action="store_true", help="3 steps per sweep, 30 s windows")
-    ap.add_argument("--keep", type=Path, help="keep the sweep, model and trials here")
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        help="keep the sweeps and model here; sweeps already there are reused (calibrate and "
+        "predict again without measuring)",
+    )
     args = ap.parse_args()
     _raise_priority(os.getpid())
     if args.keep:
