@@ -120,18 +120,20 @@ def serving(slots: int, log: Path) -> Any:
 P90_LIMIT_MS = 2000.0  # the SLO's threshold: p90(ttft)<=2s
 
 
-def crossing_rps(rates: list[float], p90_ms: list[float | None]) -> float | None:
-    """The rate at which TTFT p90 reaches the SLO's 2 s: log-linear between the last
-    step under it and the first over it (a step with no answer counts as over). None
-    when no step is over (the knee is past the sweep) or the first one is."""
-    for i, v in enumerate(p90_ms):
-        if v is None or v > P90_LIMIT_MS:
+def crossing_rps(
+    rates: list[float], values_ms: list[float | None], limit_ms: float = P90_LIMIT_MS
+) -> float | None:
+    """The rate at which a percentile reaches the SLO's limit: log-linear between the
+    last step under it and the first over it (a step with no answer counts as over).
+    None when no step is over (the knee is past the sweep) or the first one is."""
+    for i, v in enumerate(values_ms):
+        if v is None or v > limit_ms:
             if i == 0:
                 return None
-            lo_v = p90_ms[i - 1]
+            lo_v = values_ms[i - 1]
             assert lo_v is not None
-            hi_v = v if v is not None else 100 * P90_LIMIT_MS
-            share = (math.log(P90_LIMIT_MS) - math.log(lo_v)) / (math.log(hi_v) - math.log(lo_v))
+            hi_v = v if v is not None else 100 * limit_ms
+            share = (math.log(limit_ms) - math.log(lo_v)) / (math.log(hi_v) - math.log(lo_v))
             return rates[i - 1] + share * (rates[i] - rates[i - 1])
     return None
 
