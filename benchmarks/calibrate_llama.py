@@ -149,23 +149,30 @@ def measured_p90(sweep_dir: Path) -> list[tuple[float, float | None, int]]:
     return out
 
 
-def predicted_p90(model: Path, slots: int, sweep_dir: Path) -> list[float | None]:
-    """Per measured step: the model's TTFT p90 for the same experiment (rate, window,
-    warm-up, prompt and output lengths), median over replications holding
-    PREDICT_REQUESTS; only the slot count (``-np``) changed."""
-    doc = yaml.safe_load(model.read_text())
-    doc["llm"]["max_num_seqs"] = slots
+def predicted_ttft(
+    doc: dict[str, Any], sweep_dir: Path, q: str, requests: int = PREDICT_REQUESTS
+) -> list[float | None]:
+    """Per measured step of a sweep: the scenario ``doc``'s TTFT percentile ``q`` for the
+    same experiment (rate, window, warm-up, prompt and output lengths), the median over
+    replications holding ``requests``: the model's answer, not one draw of it."""
     steps, _ = load_steps([sweep_dir])
     out: list[float | None] = []
     for step in steps:
         values = []
-        for seed in range(1, replications_for(step, PREDICT_REQUESTS) + 1):
+        for seed in range(1, replications_for(step, requests) + 1):
             summary = simulate(parse_scenario(step_model(doc, step, seed))).summary
-            v = (summary.get("ttft_ms") or {}).get("p90")
+            v = (summary.get("ttft_ms") or {}).get(q)
             values.append(float(v) if v is not None else math.inf)
         median = float(np.median(values))
         out.append(median if math.isfinite(median) else None)
     return out
+
+
+def predicted_p90(model: Path, slots: int, sweep_dir: Path) -> list[float | None]:
+    """The fitted model's TTFT p90 per step, only the slot count (``-np``) changed."""
+    doc = yaml.safe_load(model.read_text())
+    doc["llm"]["max_num_seqs"] = slots
+    return predicted_ttft(doc, sweep_dir, "p90")
 
 
 def sweep(slots: int, rates: list[float], window: str, tmp: Path) -> Path:

@@ -27,23 +27,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from calibrate_llama import crossing_rps
+from calibrate_llama import crossing_rps, predicted_ttft
 from docs_block import machine_label, write_block  # benchmarks/ is on sys.path when run
 
 from tailwise.calibrate import calibrate, write_model
-from tailwise.calibrate.fit import replications_for, step_model
 from tailwise.calibrate.steps import load_steps
 from tailwise.loadgen.runner import RunOptions
 from tailwise.loadgen.sweep import Sweep
 from tailwise.server import spawn_demo
-from tailwise.sim.run import simulate
 from tailwise.sim.scenario import Scenario, load_scenario, parse_scenario
 
 TOLERANCE = 0.15
@@ -123,20 +119,9 @@ def measured_p95(sweep_dir: Path) -> list[tuple[float, float | None, int]]:
 
 def predicted_p95(sc: Scenario, sweep_dir: Path) -> list[float | None]:
     """Per measured step of the tight sweep: the scenario's TTFT p95 for the same
-    experiment (rate, window, warm-up, lengths), the median over replications holding
-    PREDICT_REQUESTS, so the prediction is the model's, not one draw of it."""
+    experiment, replicated to PREDICT_REQUESTS requests."""
     doc = tight(sc).model_dump(mode="json", exclude_defaults=True)
-    steps, _ = load_steps([sweep_dir])
-    out: list[float | None] = []
-    for step in steps:
-        values = []
-        for seed in range(1, replications_for(step, PREDICT_REQUESTS) + 1):
-            summary = simulate(parse_scenario(step_model(doc, step, seed))).summary
-            v = (summary.get("ttft_ms") or {}).get("p95")
-            values.append(float(v) if v is not None else math.inf)
-        median = float(np.median(values))
-        out.append(median if math.isfinite(median) else None)
-    return out
+    return predicted_ttft(doc, sweep_dir, "p95", PREDICT_REQUESTS)
 
 
 def _serve(*args: str) -> tuple[Any, str]:
