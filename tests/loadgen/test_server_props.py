@@ -170,3 +170,21 @@ def test_a_plain_http_run_asks_nothing(server: tuple[str, Answers], tmp_path: Pa
     res = tailwise.run(url + "/x", concurrency=1, requests=2, body="{}", out=str(tmp_path / "r"))
     assert "server_info" not in res.summary
     assert answers.paths == ["POST /x"] * 2
+
+
+def test_server_metrics_off_asks_the_server_nothing_else(
+    server: tuple[str, Answers], tmp_path: Path
+) -> None:
+    url, answers = server
+    res = tailwise.run(
+        url,
+        api="openai-chat",
+        model="m",
+        stream=False,
+        concurrency=1,
+        requests=2,
+        server_metrics="off",
+        out=str(tmp_path / "r"),
+    )
+    assert "server_info" not in res.summary
+    assert answers.paths == ["POST /v1/chat/completions"] * 2

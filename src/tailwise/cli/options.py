@@ -145,7 +145,8 @@ def run_options(f: F) -> F:
         click.option(
             "--server-metrics",
             help="Prometheus URL scraped during the run (vLLM, SGLang, TGI, llama.cpp); "
-            "default with --api: the target's /metrics if it answers; off to disable.",
+            "default with --api: the target's /metrics if it answers; off to disable "
+            "(and the one GET /props that reads llama.cpp's slot count).",
         ),
         click.option(
             "--server-metrics-interval",

@@ -39,8 +39,10 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
     """Run a prepared plan into ``directory``: in this process, or scaled out when asked."""
     if p.scaled_out and transport is not None:
         raise BadInput("transport", "given", "the HTTP transport with --workers or --ray")
-    # llama.cpp says how many slots it has: a fact calibrate must not guess (one GET).
-    info = probe(p.targets[0].url) if p.opts.api and transport is None else None
+    # llama.cpp says how many slots it has: a fact calibrate must not guess (one GET;
+    # --server-metrics off asks the server for nothing but the run's requests).
+    asks = p.opts.api and transport is None and not _off(p.opts.server_metrics)
+    info = probe(p.targets[0].url) if asks else None
     scraper = Scraper(p.scrape, directory) if p.scrape is not None else None
     scraping = scraper.start() if scraper is not None else False
     try:
@@ -63,6 +65,10 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
                 _attach_server_metrics(p, result, scraper, scraping, t0_unix_s)
             _rewrite_summary(result)
     return result
+
+
+def _off(server_metrics: str | None) -> bool:
+    return server_metrics is not None and server_metrics.strip().lower() == "off"
 
 
 def _rewrite_summary(result: RunResult) -> None:

@@ -194,6 +194,11 @@ def _event(obj: object) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)  # one HTTP chunk per SSE event
 
 
+NOT_FOUND = (
+    b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+)
+
+
 class _Http(RequestProtocol):
     def __init__(self, lab: Lab) -> None:
         super().__init__()
@@ -210,8 +215,12 @@ class _Http(RequestProtocol):
         asyncio.get_running_loop().create_task(self.stream(url, req, arrival))
 
     async def stream(self, url: bytes, req: dict[str, Any], arrival_ns: int) -> None:
-        if url.endswith(b"/embeddings"):
+        path = url.split(b"?", 1)[0]
+        if path.endswith(b"/embeddings"):
             await self.embed(req)
+            return
+        if not path.endswith(b"/completions"):  # /metrics, /props, ...: not a model route
+            self.transport.write(NOT_FOUND)
             return
         chat = url.endswith(b"/chat/completions")
         head = (
