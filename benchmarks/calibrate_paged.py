@@ -276,7 +276,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="tailwise-paged-") as tmp:
             res = bench(Path(tmp))
     print(json.dumps(res, indent=2, default=str), flush=True)
-    p, m = res["predicted"]["knee_rps"], res["measured"]["knee_rps"]
+    p, m = res["knees"]["predicted"], res["knees"]["measured"]
     print(f"predicted/measured = {p / m if p and m else None}")
     if args.write_docs:
         write_docs(res, machine_label())

@@ -303,10 +303,18 @@ def fit_llm(
     if not refit_slots:
         start.pop("max_num_seqs")
     chosen = slots
+    # b from the client's TTFT line at the lowest load is measured, not guessed: there a
+    # prompt is alone in its step and nothing queues. The search holds it, as it holds k,
+    # and moves what the closed forms only approximate (left free, it traded b for the
+    # noise in one run's TTFT p99). b from a server's own prompt times is only a start:
+    # llama.cpp's prompt time covers the whole mixed step, decodes riding in it included.
+    held = {"prefill_ms_per_token": start.pop("prefill_ms_per_token")} if told is None else {}
 
     def build(p: dict[str, float]) -> dict[str, Any]:
         return llm_model(
-            {"max_num_seqs": float(chosen), "kv_ms_per_token": kv_ms, **p}, timeout, prefill_chunk
+            {"max_num_seqs": float(chosen), "kv_ms_per_token": kv_ms, **held, **p},
+            timeout,
+            prefill_chunk,
         )
 
     best, _ = refine(build, start, steps, integers=integers, on_step=on_step)
@@ -321,6 +329,9 @@ def fit_llm(
                 f"the closed forms fit better than the search's refinement (rms {closed:.3f} "
                 f"vs {refined:.3f}): kept"
             )
+    order = ("base_ms", "prefill_ms_per_token", "decode_ms_per_seq", "delay_ms", "max_num_seqs")
+    best = {k: v for k in order if (v := {**held, **best}.get(k)) is not None}
+    start = {k: v for k in order if (v := {**held, **start}.get(k)) is not None}
     params: dict[str, Any] = {k: round(v, 6) for k, v in best.items()}
     params["kv_ms_per_token"] = round(kv_ms, 9)
     params["max_num_seqs"] = int(best.get("max_num_seqs", slots))
