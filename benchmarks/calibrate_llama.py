@@ -30,7 +30,6 @@ import importlib.util
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -109,12 +108,7 @@ def serving(slots: int, log: Path) -> Any:
     try:
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        mod.stop(proc)
 
 
 P90_LIMIT_MS = 2000.0  # the SLO's threshold: p90(ttft)<=2s

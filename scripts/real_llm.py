@@ -171,6 +171,16 @@ def start(*extra: str, log: Path | None = None) -> tuple[subprocess.Popen[bytes]
     return proc, base
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a server :func:`start` began: SIGTERM, then SIGKILL after 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("action", choices=["build", "serve", "paths"])

@@ -143,19 +143,17 @@ def test_probe_of_a_closed_port_is_none_fast() -> None:
     assert probe(f"http://127.0.0.1:{port}/v1") is None
 
 
+def chat(url: str, out: Path, requests: int, **kw: Any) -> tailwise.loadgen.runner.RunResult:
+    """Whole (not streamed) chat answers from the loopback server, one at a time."""
+    opts: dict[str, Any] = dict(api="openai-chat", model="m", stream=False, concurrency=1)
+    return tailwise.run(url, requests=requests, out=str(out), **opts, **kw)
+
+
 def test_a_run_keeps_the_servers_slots_in_its_summary(
     server: tuple[str, Answers], tmp_path: Path
 ) -> None:
     url, answers = server
-    res = tailwise.run(
-        url,
-        api="openai-chat",
-        model="m",
-        stream=False,
-        concurrency=1,
-        requests=3,
-        out=str(tmp_path / "r"),
-    )
+    res = chat(url, tmp_path / "r", 3)
     assert res.summary["requests"]["ok"] == 3
     on_disk = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert on_disk["server_info"] == res.summary["server_info"] == parse_props(PROPS)
@@ -176,15 +174,6 @@ def test_server_metrics_off_asks_the_server_nothing_else(
     server: tuple[str, Answers], tmp_path: Path
 ) -> None:
     url, answers = server
-    res = tailwise.run(
-        url,
-        api="openai-chat",
-        model="m",
-        stream=False,
-        concurrency=1,
-        requests=2,
-        server_metrics="off",
-        out=str(tmp_path / "r"),
-    )
+    res = chat(url, tmp_path / "r", 2, server_metrics="off")
     assert "server_info" not in res.summary
     assert answers.paths == ["POST /v1/chat/completions"] * 2

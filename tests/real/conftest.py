@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,12 +47,7 @@ def _serving(tmp: Path, name: str, *extra: str) -> Iterator[str]:
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        real_llm.stop(proc)
 
 
 @pytest.fixture(scope="session")
