@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,28 +13,7 @@ import pytest
 import tailwise
 from tailwise.errors import BadInput
 from tailwise.loadgen.runner import RunOptions, prepare
-from tailwise.server import spawn
 from tailwise.server.stream_lab import read_truth
-
-
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A stream lab with TTFT 50 ms and ITL 10 ms, and its truth log."""
-    truth = tmp_path / "truth.jsonl"
-    proc, url = spawn(
-        "tailwise.server.stream_lab",
-        "--ttft",
-        "50ms",
-        "--itl",
-        "10ms",
-        "--truth",
-        str(truth),
-        "--lifetime",
-        "120s",
-    )
-    yield url, truth
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def truth_ms(path: Path) -> tuple[np.ndarray, np.ndarray]:

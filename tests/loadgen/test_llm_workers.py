@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -11,20 +10,7 @@ import pytest
 
 import tailwise
 from tailwise.records import read_jsonl
-from tailwise.server import spawn
 from tailwise.server.stream_lab import read_truth
-
-
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    truth = tmp_path / "truth.jsonl"
-    proc, url = spawn(
-        "tailwise.server.stream_lab", "--ttft", "50ms", "--itl", "10ms",
-        "--truth", str(truth), "--lifetime", "120s",
-    )  # fmt: skip
-    yield url, truth
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def test_open_loop_streams_over_two_workers_match_the_servers_log(
