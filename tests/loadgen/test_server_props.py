@@ -52,7 +52,12 @@ def _handler(answers: Answers) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             answers.paths.append(f"GET {self.path}")
-            if self.path == "/props":
+            if self.path == "/props" and answers.props[0] == 302:
+                self.send_response(302)
+                self.send_header("Location", f"http://127.0.0.1:{self.server.server_address[1]}/x")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif self.path == "/props":
                 self._send(*answers.props)
             else:
                 self._send(404, b"{}")
@@ -135,6 +140,9 @@ def test_probe_on_a_real_loopback_server(server: tuple[str, Answers]) -> None:
     assert probe(url) is None
     answers.props = (200, b"[" * (MAX_BYTES + 10))  # past the bound: not even parsed
     assert probe(url) is None
+    answers.props = (302, b"")  # a redirect is not followed: the target alone is asked
+    assert probe(url) is None
+    assert "GET /x" not in answers.paths
 
 
 def test_probe_of_a_closed_port_is_none_fast() -> None:

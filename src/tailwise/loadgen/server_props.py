@@ -9,8 +9,9 @@ the way llama.cpp batches them (see :mod:`tailwise.calibrate.llm`).
 The probe is one GET on the target's own host and port, before the first
 request is scheduled, with a 2 s timeout, no credentials and no body read past
 :data:`MAX_BYTES`; any other server (vLLM, hosted APIs) answers 404 or
-something else, and the run records nothing. Values are bounded before they
-are kept; the summary's ``server_info`` holds them.
+something else, and the run records nothing; a redirect is not followed.
+Values are bounded before they are kept; the summary's ``server_info`` holds
+them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,17 @@ MAX_CONTEXT_TOKENS = 1 << 24
 BUILD_CHARS = 80
 LLAMA_CPP = "llama.cpp"
 LLAMA_CPP_BATCH_TOKENS = 2048  # llama-server's default -b (n_batch): not in /props
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not an address to follow: the probe talks to the target
+    alone (a 3xx then raises HTTPError, and the run keeps nothing)."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 def props_url(url: str) -> str | None:
@@ -74,7 +86,7 @@ def probe(url: str, timeout_s: float = TIMEOUT_S) -> dict[str, Any] | None:
         return None
     req = urllib.request.Request(target, headers={"Accept": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # http(s) only: props_url
+        with _OPENER.open(req, timeout=timeout_s) as resp:  # http(s) only: props_url
             if resp.status != 200:
                 return None
             body = resp.read(MAX_BYTES + 1)
