@@ -55,6 +55,25 @@ def test_multibyte_character_split_between_reads() -> None:
     assert events == [("message", "déjà vu ✓")]
 
 
+@pytest.mark.parametrize(
+    ("body", "skipped"),
+    [
+        (b"data: x\n\n", True),
+        (b"\xef\xbb\xbfdata: x\n\n", False),  # a BOM: only feed() may read it
+        (b"\xef", False),  # perhaps a BOM's first byte
+        (b"", False),
+    ],
+)
+def test_skipping_the_start_reads_the_same_events(body: bytes, skipped: bool) -> None:
+    p = SSEParser()
+    p.skip_start(body)
+    assert p.idle is skipped  # idle: the caller may read an event without feed()
+    rest = b"data: y\n\n"
+    assert p.feed(body) + p.feed(rest) == parse(body + rest)[0]
+    p.skip_start(b"data: z")  # once started, nothing changes
+    assert p.feed(b"data: z\n\n") == [("message", "z")]
+
+
 def test_a_stream_cut_mid_event_is_truncated() -> None:
     assert parse(b'data: {"a":1}\n\ndata: {"b"')[1] is True
     assert parse(b'data: {"a":1}\n\ndata: x\n')[1] is True  # no blank line: not dispatched

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from tailwise.clock import now_ns
 from tailwise.loadgen.http_conn import Conn, ConnPool
 from tailwise.loadgen.llm_stream import MALFORMED, Chunk, Timings, classify, classify_answer
 from tailwise.loadgen.sse import SSEParser
+from tailwise.loadgen.sse_fast import chunk as fast_chunk
 from tailwise.loadgen.sse_fast import content as fast_content
+from tailwise.loadgen.sse_fast import finish as fast_finish
+from tailwise.loadgen.sse_fast import usage as fast_usage
 from tailwise.metrics.error_samples import SAMPLE_BYTES
 from tailwise.records import ERROR_KINDS, RecordBlock, error_code
 
@@ -38,6 +42,23 @@ def is_event_stream(head: bytes | None) -> bool:
     return b"text/event-stream" in headers[at : len(headers) if line_end < 0 else line_end]
 
 
+_DONE = (b"data: [DONE]\n\n", b"data:[DONE]\n\n")
+
+
+def is_one_event(body: bytes) -> bool:
+    """Whether ``body`` is exactly one SSE event of one ``data`` line (``data:...\\n\\n``).
+
+    The SSE parser would give it as ``("message", the line after "data:" and one optional
+    space)``: a caller between events may take it so without the parser.
+    """
+    return (
+        body.startswith(b"data:")
+        and body.endswith(b"\n\n")
+        and body.count(b"\n") == 2
+        and b"\r" not in body
+    )
+
+
 class StreamConn(Conn):
     """A connection whose responses are LLM token streams (Server-Sent Events).
 
@@ -49,12 +70,21 @@ class StreamConn(Conn):
     ``malformed_chunk``; a stream over the memory bounds above is ``too_large``
     (the connection is dropped). Partial data (first token, chunk times) is kept.
 
-    A piece of body that is one whole plain content delta, read between events, takes
-    the fast path (:mod:`~tailwise.loadgen.sse_fast`, compiled where built); anything
-    else, the SSE parser and :func:`classify`. The records are the same either way.
+    Nearly every read of a live stream is one whole HTTP chunk holding one plain content
+    delta. Between two chunks (``at_chunk``: the HTTP parser has just completed one, the
+    read ended there, and the SSE parser holds nothing) such a read is taken whole by
+    :func:`~tailwise.loadgen.sse_fast.chunk` (compiled where built) and never reaches the
+    HTTP parser, whose state one whole chunk would leave as it was. A piece of body that
+    is one plain content delta takes :func:`~tailwise.loadgen.sse_fast.content`, the
+    answer's plain finish :func:`~tailwise.loadgen.sse_fast.finish`, a plain usage chunk
+    :func:`~tailwise.loadgen.sse_fast.usage`; ``[DONE]`` is compared whole; one other whole
+    event goes to :func:`classify` without the SSE parser; anything else, the SSE parser
+    and :func:`classify`. The records are the same either way (a property test over
+    random cuts).
     """
 
     __slots__ = (
+        "at_chunk",
         "cached",
         "chunks",
         "events",
@@ -93,13 +123,55 @@ class StreamConn(Conn):
         self.reasoning_usage: int | None = None
         self.reasoning_text: list[str] = []  # kept only when tokens are counted locally
         self.lead = b""  # the body's start until its first event: a sample if it is none
+        self.at_chunk = False  # between HTTP chunks and SSE events, mid-answer (see class)
+
+    def data_received(self, data: bytes) -> None:
+        if self.at_chunk:
+            text = fast_chunk(data)
+            if text is not None:  # one whole chunk, one plain delta: no parser needed
+                t = now_ns() - self.pool.t0
+                self.t_last = t
+                self.nbytes += len(data)
+                self.events += 1
+                if text:
+                    chunks = self.chunks
+                    if not chunks and self.block is not None:  # after a role-only delta
+                        self.block.first_token_ns[self.j] = t
+                    chunks.append(t)
+                    if self.keep_text:
+                        self.text.append(text)
+                    if len(chunks) > MAX_STREAM_CHUNKS:
+                        self.fail(_TOO_LARGE)
+                        self.transport.abort()
+                return
+            self.at_chunk = False
+        super().data_received(data)
+        # A read that stopped inside the next chunk's size line is not between chunks.
+        if self.at_chunk and data[-2:] != b"\r\n":
+            self.at_chunk = False
+
+    def on_chunk_header(self) -> None:
+        self.at_chunk = False
+
+    def on_chunk_complete(self) -> None:
+        # Between chunks, with an answer under way whose SSE parser holds nothing: the
+        # next whole chunk may skip the HTTP parser (data_received).
+        self.at_chunk = (
+            self.block is not None
+            and self.events > 0
+            and self.sse.idle
+            and self.parser.get_status_code() < 300
+        )
 
     def on_body(self, body: bytes) -> None:
         block = self.block
         if block is None or self.parser.get_status_code() >= 300:
             return
-        if not self.events and len(self.lead) < SAMPLE_BYTES:
-            self.lead += body[:SAMPLE_BYTES]
+        if not self.events:
+            if len(self.lead) < SAMPLE_BYTES:
+                self.lead += body[:SAMPLE_BYTES]
+            if not self.sse.idle:
+                self.sse.skip_start(body)  # no BOM: the first event may take a fast path
         if self.sse.idle:
             text = fast_content(body)  # one plain content delta: most of a stream
             if text is not None:
@@ -115,36 +187,66 @@ class StreamConn(Conn):
                         self.fail(_TOO_LARGE)
                         self.transport.abort()
                 return
+            if is_one_event(body):  # the finish, the usage, [DONE]: no SSE parser needed
+                self._one_event(block, body)
+                return
         for etype, data in self.sse.feed(body):
-            c = classify(data, etype)
-            if not c.done and c.error is None:
-                self.events += 1
-            if c.text:
-                self._on_text(block, c.text)
-            if c.reasoning:
-                if not self.reasoning_chunks:
-                    block.first_reasoning_ns[self.j] = self.t_last
-                self.reasoning_chunks += 1
-                if self.pool.owner.counter is not None:
-                    self.reasoning_text.append(c.reasoning)
-            if c.reasoning_tokens is not None:
-                self.reasoning_usage = c.reasoning_tokens
-            if c.done or c.finish_reason:
-                self.finished = True
-            if c.completion_tokens is not None:
-                self.usage_tokens = c.completion_tokens
-            if c.prompt_tokens is not None:
-                self.prompt_tokens = c.prompt_tokens
-            if c.cached_tokens is not None:
-                self.cached = c.cached_tokens
-            if c.timings is not None:
-                self.timings = c.timings
-            if c.error is not None and not self.stream_err:
-                self.stream_err = _MALFORMED if c.error == MALFORMED else _STREAM_ERROR
+            self._on_event(block, etype, data)
         # Checked once per read, not per event: the bounds only need to hold roughly.
         if self.sse.pending_bytes > MAX_EVENT_BYTES or len(self.chunks) > MAX_STREAM_CHUNKS:
             self.fail(_TOO_LARGE)
             self.transport.abort()
+
+    def _one_event(self, block: RecordBlock, body: bytes) -> None:
+        """One whole ``data:`` event, read between events: the fast readers, else classify."""
+        if body in _DONE:
+            self.finished = True
+            return
+        end = fast_finish(body)
+        if end is not None:
+            self.events += 1
+            if end[0]:
+                self._on_text(block, end[0])
+            self.finished = True
+            return
+        counts = fast_usage(body)
+        if counts is not None:
+            self.events += 1
+            if counts[0] is not None:
+                self.prompt_tokens = counts[0]
+            if counts[1] is not None:
+                self.usage_tokens = counts[1]
+            return
+        self._on_event(block, "message", body[6 if body[5:6] == b" " else 5 : -2])
+
+    def _on_event(self, block: RecordBlock, etype: str, data: str | bytes) -> None:
+        """One whole SSE event: what it says goes into this answer's state."""
+        # One plain data line (is_one_event) is decoded as the SSE parser would.
+        c = classify(data.decode("utf-8", "replace") if isinstance(data, bytes) else data, etype)
+        if not c.done and c.error is None:
+            self.events += 1
+        if c.text:
+            self._on_text(block, c.text)
+        if c.reasoning:
+            if not self.reasoning_chunks:
+                block.first_reasoning_ns[self.j] = self.t_last
+            self.reasoning_chunks += 1
+            if self.pool.owner.counter is not None:
+                self.reasoning_text.append(c.reasoning)
+        if c.reasoning_tokens is not None:
+            self.reasoning_usage = c.reasoning_tokens
+        if c.done or c.finish_reason:
+            self.finished = True
+        if c.completion_tokens is not None:
+            self.usage_tokens = c.completion_tokens
+        if c.prompt_tokens is not None:
+            self.prompt_tokens = c.prompt_tokens
+        if c.cached_tokens is not None:
+            self.cached = c.cached_tokens
+        if c.timings is not None:
+            self.timings = c.timings
+        if c.error is not None and not self.stream_err:
+            self.stream_err = _MALFORMED if c.error == MALFORMED else _STREAM_ERROR
 
     def _on_text(self, block: RecordBlock, text: str) -> None:
         """A content chunk: a token arrival at the time of the read that carried it."""
@@ -184,6 +286,7 @@ class StreamConn(Conn):
             owner.server_notes[block.base + j] = (self.cached, self.timings)
 
     def on_message_complete(self) -> None:
+        self.at_chunk = False  # the last chunk's completion came just before
         block = self.block
         if block is None:
             return
@@ -214,6 +317,7 @@ class StreamConn(Conn):
             self.pool.owner.samples.add(ERROR_KINDS[code], status, self.lead)
 
     def fail(self, code: int) -> None:
+        self.at_chunk = False
         if self.block is not None:
             self._keep(self.block, self.j)
         super().fail(code)

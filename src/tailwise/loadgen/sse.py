@@ -36,6 +36,15 @@ class SSEParser:
         # to date by feed(), so that a caller may read the next event without it.
         self.idle = False
 
+    def skip_start(self, first: bytes) -> None:
+        """The stream begins with ``first``: if that cannot begin a BOM, its start is read.
+
+        Lets a caller read the stream's first event without :meth:`feed` (see ``idle``).
+        """
+        if not self._started and not self._partial and first[:1] not in (b"", _BOM[:1]):
+            self._started = True
+            self.idle = True
+
     @property
     def pending_bytes(self) -> int:
         """Bytes held for an event not yet complete (a caller bounds this; see http.py)."""

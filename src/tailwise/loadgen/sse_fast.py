@@ -17,7 +17,16 @@ JSON, ``\\n\\n``, no other line break) whose object has only the keys id, object
 created, model, system_fingerprint and choices (``object`` not "error"), whose first
 choice has only index, delta, logprobs, finish_reason (null) and stop_reason, and whose
 delta has only content (a string) and role. The caller uses it only between events (the
-SSE parser holds nothing). ``TAILWISE_PURE_PYTHON=1`` forces the pure-Python one;
+SSE parser holds nothing). :func:`finish` reads the same shape with a string
+``finish_reason`` (the answer's end, with or without a last piece of content) as
+``(content or "", finish_reason)``; :func:`usage` the usage chunk (empty choices, a
+usage object of prompt_tokens, completion_tokens and total_tokens only, the counts
+plain integers up to 2^31 - 1) as ``(prompt_tokens, completion_tokens)``, None where
+absent. :func:`chunk` reads the same from one whole HTTP chunk (its
+hex size line, CRLF, exactly that many bytes, CRLF; nothing else) as the connection
+read it off the socket, so that a read between chunks needs no HTTP parser at all: the
+caller uses it only when its parser stands between two chunks, which one whole chunk
+leaves unchanged. ``TAILWISE_PURE_PYTHON=1`` forces the pure-Python one;
 :data:`IMPLEMENTATION` says which is active (``tailwise run --version`` does not; see
 docs/llm.md for the one-liner).
 """
@@ -32,11 +41,12 @@ from collections.abc import Callable
 _TOP = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices"})
 _CHOICE = frozenset({"index", "delta", "logprobs", "finish_reason", "stop_reason"})
 _DELTA = frozenset({"content", "role"})
+_TOP_USAGE = _TOP | {"usage"}
 _loads = json.loads
 
 
-def content_py(body: bytes) -> str | None:
-    """The pure-Python :func:`content`."""
+def _plain(body: bytes) -> tuple[str | None, object] | None:
+    """(the delta's content or None, finish_reason) of a piece of the shape read here."""
     if not body.startswith(b"data:") or not body.endswith(b"\n\n"):
         return None
     if body.count(b"\n") != 2 or b"\r" in body:
@@ -56,23 +66,84 @@ def content_py(body: bytes) -> str | None:
     if type(choice) is not dict or not choice.keys() <= _CHOICE:
         return None
     delta = choice.get("delta")
-    if choice.get("finish_reason", None) is not None or type(delta) is not dict:
+    if type(delta) is not dict or not delta.keys() <= _DELTA:
         return None
     text = delta.get("content")
-    if type(text) is not str or not delta.keys() <= _DELTA:
+    if "content" in delta and type(text) is not str:
         return None
-    return text
+    return text, choice.get("finish_reason")
 
 
-def _pick() -> tuple[Callable[[bytes], str | None], str]:
+_USAGE = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
+MAX_TOKEN_COUNT = (1 << 31) - 1  # as llm_stream's: over it, the classifier refuses
+
+
+def usage_py(body: bytes) -> tuple[int | None, int | None] | None:
+    """The pure-Python :func:`usage`."""
+    if not body.startswith(b"data:") or not body.endswith(b"\n\n"):
+        return None
+    if body.count(b"\n") != 2 or b"\r" in body:
+        return None
+    try:
+        obj = _loads(body[6 if body[5:6] == b" " else 5 : -2].decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    if type(obj) is not dict or not obj.keys() <= _TOP_USAGE or obj.get("object") == "error":
+        return None
+    usage = obj.get("usage")
+    if obj.get("choices") != [] or type(usage) is not dict or not usage.keys() <= _USAGE:
+        return None
+    counts = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    for v in counts:
+        if v is not None and not (type(v) is int and 0 <= v <= MAX_TOKEN_COUNT):
+            return None
+    return counts
+
+
+def content_py(body: bytes) -> str | None:
+    """The pure-Python :func:`content`."""
+    read = _plain(body)
+    if read is None or read[1] is not None or read[0] is None:
+        return None
+    return read[0]
+
+
+def finish_py(body: bytes) -> tuple[str, str] | None:
+    """The pure-Python :func:`finish`."""
+    read = _plain(body)
+    if read is None or type(read[1]) is not str or not read[1]:
+        return None  # "" is no finish to the classifier: declined
+    return read[0] or "", read[1]
+
+
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+MAX_CHUNK_DIGITS = 7  # a chunk under 256 MiB, far above any event a stream may hold
+
+
+def chunk_py(data: bytes) -> str | None:
+    """The pure-Python :func:`chunk`."""
+    size_line, crlf, rest = data.partition(b"\r\n")
+    if not crlf or not 0 < len(size_line) <= MAX_CHUNK_DIGITS or size_line.strip(_HEX_DIGITS):
+        return None  # int(x, 16) alone would also take "+", "_", "0x" and spaces
+    size = int(size_line, 16)
+    if size == 0 or size != len(rest) - 2 or not rest.endswith(b"\r\n"):
+        return None
+    return content_py(rest[:-2])
+
+
+Read = Callable[[bytes], str | None]
+ReadEnd = Callable[[bytes], tuple[str, str] | None]
+ReadUsage = Callable[[bytes], tuple[int | None, int | None] | None]
+
+
+def _pick() -> tuple[Read, ReadEnd, ReadUsage, Read, str]:
     if os.environ.get("TAILWISE_PURE_PYTHON", "") not in ("", "0"):
-        return content_py, "python (TAILWISE_PURE_PYTHON)"
+        return content_py, finish_py, usage_py, chunk_py, "python (TAILWISE_PURE_PYTHON)"
     try:
         compiled = importlib.import_module("tailwise.loadgen.sse_c")
     except ImportError:
-        return content_py, "python (no compiled module)"
-    fn: Callable[[bytes], str | None] = compiled.content
-    return fn, "compiled"
+        return content_py, finish_py, usage_py, chunk_py, "python (no compiled module)"
+    return compiled.content, compiled.finish, compiled.usage, compiled.chunk, "compiled"
 
 
-content, IMPLEMENTATION = _pick()
+content, finish, usage, chunk, IMPLEMENTATION = _pick()
