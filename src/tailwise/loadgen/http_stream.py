@@ -109,7 +109,9 @@ class StreamConn(Conn):
     def reset_stream(self) -> None:
         self.sse = SSEParser()
         self.chunks: list[int] = []
-        self.events = 0  # events that were an answer's part (not [DONE], not an error)
+        # Events that were an answer's part (not [DONE], not an error); read only as "any",
+        # so the path of whole chunks (data_received) does not count on.
+        self.events = 0
         self.finished = False
         self.stream_err = 0
         self.usage_tokens: int | None = None
@@ -129,10 +131,9 @@ class StreamConn(Conn):
         if self.at_chunk:
             text = fast_chunk(data)
             if text is not None:  # one whole chunk, one plain delta: no parser needed
-                t = now_ns() - self.pool.t0
-                self.t_last = t
+                # (events counts on: at_chunk means one was read, and only "any" matters)
+                self.t_last = t = now_ns() - self.pool.t0
                 self.nbytes += len(data)
-                self.events += 1
                 if text:
                     chunks = self.chunks
                     if not chunks and self.block is not None:  # after a role-only delta
