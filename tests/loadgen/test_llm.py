@@ -250,3 +250,17 @@ def test_a_bad_tokenizer_file_is_bad_input(tmp_path: Path) -> None:
                 tokenizer=str(bad),
             )
         )
+
+
+def test_the_lab_answers_health_and_models_as_a_server_does(lab: tuple[str, Path]) -> None:
+    import urllib.error
+    import urllib.request
+
+    llm = lab[0]
+    with urllib.request.urlopen(llm + "/health", timeout=5) as r:
+        assert r.status == 200
+    with urllib.request.urlopen(llm + "/v1/models", timeout=5) as r:
+        assert [m["id"] for m in json.loads(r.read())["data"]] == ["lab"]
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(llm + "/metrics", timeout=5)
+    assert err.value.code == 404

@@ -1,6 +1,8 @@
 """A loopback OpenAI-style streaming server with a known TTFT and ITL, that logs what it sent.
 
-``POST /v1/embeddings`` answers with one JSON body after ``--ttft``.
+``POST /v1/embeddings`` answers with one JSON body after ``--ttft``; ``GET /health``
+answers 200 and ``GET /v1/models`` lists the one model, ``lab``, as vLLM does (other
+tools check both before a run); any other path is a 404.
 ``POST /v1/chat/completions`` and ``/v1/completions`` stream ``max_tokens``
 content chunks (default 32) as Server-Sent Events over chunked transfer
 encoding, the way vLLM does: a role chunk at once, the first content chunk
@@ -197,6 +199,13 @@ def _event(obj: object) -> bytes:
 NOT_FOUND = (
     b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 )
+# What vLLM answers too: peers (GuideLLM) check /health and ask /v1/models before a run.
+HEALTHY = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+_MODELS = b'{"object":"list","data":[{"id":"lab","object":"model","owned_by":"tailwise"}]}'
+MODELS = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(_MODELS), _MODELS)
+)
 
 
 class _Http(RequestProtocol):
@@ -220,7 +229,8 @@ class _Http(RequestProtocol):
             await self.embed(req)
             return
         if not path.endswith(b"/completions"):  # /metrics, /props, ...: not a model route
-            self.transport.write(NOT_FOUND)
+            answer = {b"/health": HEALTHY, b"/v1/models": MODELS}.get(path, NOT_FOUND)
+            self.transport.write(answer)
             return
         chat = url.endswith(b"/chat/completions")
         head = (
