@@ -372,7 +372,7 @@ intended send), over the window's streams (warm-up left out on both sides). CPU/
 the run's client CPU time (sending and receiving, in the client process) over content chunks
 received (µs); "all CPU" = the whole client command's CPU time (start-up, records writer
 process, report) over the same chunks. CPU share: the run's CPU time over its length.
-Machine: {machine}, shared with other work (noisy).
+Machine: {machine}.
 
 {header}
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
@@ -448,7 +448,9 @@ def main() -> None:
     a = ap.parse_args()
     global CLIENT_PATH, PIN
     CLIENT_PATH, PIN = a.client_path, not a.no_pin
-    machine = machine_label()
+    # What else the machine was doing shows in its load before the run (this run's own
+    # processes come later): on a busy machine every number here is noisier.
+    machine = f"{machine_label()}, 1-minute load average {os.getloadavg()[0]:.2f} before the run"
     rows: list[dict[str, Any]] = []
 
     def emit(r: dict[str, Any]) -> None:

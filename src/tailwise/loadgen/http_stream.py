@@ -177,14 +177,9 @@ class StreamConn(Conn):
             text = fast_content(body)  # one plain content delta: most of a stream
             if text is not None:
                 self.events += 1
-                if text:  # _on_text, inlined: this is the path of nearly every chunk
-                    chunks = self.chunks
-                    if not chunks:
-                        block.first_token_ns[self.j] = self.t_last
-                    chunks.append(self.t_last)
-                    if self.keep_text:
-                        self.text.append(text)
-                    if len(chunks) > MAX_STREAM_CHUNKS:
+                if text:
+                    self._on_text(block, text)
+                    if len(self.chunks) > MAX_STREAM_CHUNKS:
                         self.fail(_TOO_LARGE)
                         self.transport.abort()
                 return

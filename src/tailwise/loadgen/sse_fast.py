@@ -37,6 +37,9 @@ import importlib
 import json
 import os
 from collections.abc import Callable
+from typing import Any
+
+from tailwise.loadgen.llm_stream import MAX_TOKEN_COUNT  # over it, the classifier refuses
 
 _TOP = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices"})
 _CHOICE = frozenset({"index", "delta", "logprobs", "finish_reason", "stop_reason"})
@@ -45,8 +48,8 @@ _TOP_USAGE = _TOP | {"usage"}
 _loads = json.loads
 
 
-def _plain(body: bytes) -> tuple[str | None, object] | None:
-    """(the delta's content or None, finish_reason) of a piece of the shape read here."""
+def _event_object(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
+    """The JSON object of one whole ``data:`` event whose keys are among ``keys``."""
     if not body.startswith(b"data:") or not body.endswith(b"\n\n"):
         return None
     if body.count(b"\n") != 2 or b"\r" in body:
@@ -57,7 +60,15 @@ def _plain(body: bytes) -> tuple[str | None, object] | None:
         obj = _loads(body[6 if body[5:6] == b" " else 5 : -2].decode("utf-8"))
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
-    if type(obj) is not dict or not obj.keys() <= _TOP or obj.get("object") == "error":
+    if type(obj) is not dict or not obj.keys() <= keys or obj.get("object") == "error":
+        return None
+    return obj
+
+
+def _plain(body: bytes) -> tuple[str | None, object] | None:
+    """(the delta's content or None, finish_reason) of a piece of the shape read here."""
+    obj = _event_object(body, _TOP)
+    if obj is None:
         return None
     choices = obj.get("choices")
     if type(choices) is not list or not choices:
@@ -75,20 +86,12 @@ def _plain(body: bytes) -> tuple[str | None, object] | None:
 
 
 _USAGE = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
-MAX_TOKEN_COUNT = (1 << 31) - 1  # as llm_stream's: over it, the classifier refuses
 
 
 def usage_py(body: bytes) -> tuple[int | None, int | None] | None:
     """The pure-Python :func:`usage`."""
-    if not body.startswith(b"data:") or not body.endswith(b"\n\n"):
-        return None
-    if body.count(b"\n") != 2 or b"\r" in body:
-        return None
-    try:
-        obj = _loads(body[6 if body[5:6] == b" " else 5 : -2].decode("utf-8"))
-    except (ValueError, RecursionError):
-        return None
-    if type(obj) is not dict or not obj.keys() <= _TOP_USAGE or obj.get("object") == "error":
+    obj = _event_object(body, _TOP_USAGE)
+    if obj is None:
         return None
     usage = obj.get("usage")
     if obj.get("choices") != [] or type(usage) is not dict or not usage.keys() <= _USAGE:

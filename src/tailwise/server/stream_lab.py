@@ -202,9 +202,9 @@ NOT_FOUND = (
 # What vLLM answers too: peers (GuideLLM) check /health and ask /v1/models before a run.
 HEALTHY = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 _MODELS = b'{"object":"list","data":[{"id":"lab","object":"model","owned_by":"tailwise"}]}'
-MODELS = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-    % (len(_MODELS), _MODELS)
+MODELS = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+    len(_MODELS),
+    _MODELS,
 )
 
 
