@@ -17,3 +17,19 @@ async def read_json_request(reader: asyncio.StreamReader) -> Any:
         if line.lower().startswith(b"content-length:")
     )
     return json.loads(await reader.readexactly(length))
+
+
+class FakeWire:
+    """A connection's transport for driving a protocol by hand: it notes an abort or close."""
+
+    def __init__(self) -> None:
+        self.aborted = self.closed = False
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def write(self, data: bytes) -> None:
+        pass

@@ -8,19 +8,10 @@ from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.http_conn import Conn
 from tailwise.loadgen.targets import parse_url
 from tailwise.records import RecordBlock, error_code
+from tests.wire import FakeWire
 
 S = 1_000_000_000
 TIMEOUT = error_code("timeout")
-
-
-class _Wire:
-    """Stands for a connection's socket: records an abort."""
-
-    def __init__(self) -> None:
-        self.aborted = False
-
-    def abort(self) -> None:
-        self.aborted = True
 
 
 def _setup() -> tuple[Any, RecordBlock, list[int], HttpTransport]:
@@ -39,7 +30,7 @@ def _setup() -> tuple[Any, RecordBlock, list[int], HttpTransport]:
 
 def _busy(pool: Any, block: RecordBlock, j: int, sent_ns: int) -> Conn:
     conn = Conn(pool)
-    conn.connection_made(_Wire())
+    conn.connection_made(FakeWire())
     block.sent_ns[j] = sent_ns
     conn.block, conn.j = block, j
     pool.all.add(conn)

@@ -26,6 +26,7 @@ from tailwise.loadgen.llm_stream import Chunk, classify
 from tailwise.loadgen.sse import SSEParser
 from tailwise.loadgen.targets import parse_url
 from tailwise.records import RecordBlock
+from tests.wire import FakeWire
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sse"
 SSE_FILES = sorted(FIXTURES.glob("*.sse"))
@@ -284,19 +285,6 @@ def test_any_json_is_declined_or_read_as_the_full_path_reads_it(
 # ---- whole streams through StreamConn ----------------------------------------------------
 
 
-class _Wire:
-    aborted = closed = False
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def close(self) -> None:
-        self.closed = True
-
-    def write(self, data: bytes) -> None:
-        pass
-
-
 def http_answer(sse: bytes, sizes: list[int]) -> bytes:
     """``sse`` as a chunked HTTP/1.1 answer, cut into HTTP chunks of ``sizes`` (cycled)."""
     head = (
@@ -362,7 +350,7 @@ def drive(
     pool.start_waiting = lambda conn: None
     block = RecordBlock(0, 1)
     conn = http_stream.StreamConn(pool)
-    conn.connection_made(_Wire())
+    conn.connection_made(FakeWire())
     conn.block, conn.j = block, 0
     last = 0
     for cut in [*sorted(set(cuts)), len(answer)]:

@@ -40,6 +40,7 @@ from tailwise.metrics.shape import check_summary
 from tailwise.metrics.slo import parse_slo
 from tailwise.records import ERROR_KINDS, RecordBlock
 from tailwise.sim.scenario import parse_scenario
+from tests.wire import FakeWire
 
 pytestmark = pytest.mark.reliability
 QUICK = settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
@@ -74,20 +75,6 @@ answers = st.lists(
 )
 
 
-class _Wire:
-    def __init__(self) -> None:
-        self.aborted = self.closed = False
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def close(self) -> None:
-        self.closed = True
-
-    def write(self, data: bytes) -> None:
-        pass
-
-
 def _drive(conn_type: type[Conn], pieces: list[bytes], streaming: bool) -> None:
     transport = HttpTransport(
         [parse_url("http://127.0.0.1:9/")],
@@ -102,7 +89,7 @@ def _drive(conn_type: type[Conn], pieces: list[bytes], streaming: bool) -> None:
     pool.start_waiting = lambda conn: None
     block = RecordBlock(0, 4)
     conn = conn_type(pool)
-    conn.connection_made(_Wire())
+    conn.connection_made(FakeWire())
     conn.block, conn.j = block, 0
     for piece in pieces:
         conn.data_received(piece)
