@@ -197,6 +197,25 @@ def tailwise_trial(
     return row
 
 
+def run_peer(
+    cmd: list[str], lab: subprocess.Popen[str], env: dict[str, str] | None, result: Path
+) -> list[str] | None:
+    """Run a peer's command on the client's cores, then stop the lab; its last error line
+    (or ["failed"]) if it failed or left no ``result``, else None."""
+    _, client_cores = cores()
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if client_cores is not None:
+            os.sched_setaffinity(proc.pid, client_cores)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        lab.terminate()
+        lab.wait(timeout=10)
+    if proc.returncode != 0 or not result.exists():
+        return err.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]
+    return None
+
+
 def guidellm_exe() -> str | None:
     exe = os.environ.get("GUIDELLM") or "/tmp/guidellm-venv/bin/guidellm"
     return exe if Path(exe).exists() or shutil.which(exe) else None
@@ -218,19 +237,11 @@ def guidellm_trial(exe: str, streams: int, seconds: float, work: Path) -> dict[s
         "--tokenizer", f"kind=huggingface_auto,model={work / 'tokenizer'}",
         "--output", f"kind=json,path={out}", "--disable-console-interactive",
     ]  # fmt: skip
-    _, client_cores = cores()
     t = time.monotonic()
-    try:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if client_cores is not None:
-            os.sched_setaffinity(proc.pid, client_cores)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        lab.terminate()
-        lab.wait(timeout=10)
+    failed = run_peer(cmd, lab, env, out)
     row: dict[str, Any] = {"tool": "guidellm", "streams": streams, "rate_rps": round(rate, 1)}
-    if proc.returncode != 0 or not out.exists():
-        row["error"] = err.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]
+    if failed:
+        row["error"] = failed
         return row
     c_ttft, c_itl, own = _guidellm_times(json.loads(out.read_text()))
     row.update(requests=len(c_ttft), **_errors(c_ttft, c_itl, truth))
@@ -288,19 +299,11 @@ def aiperf_trial(exe: str, streams: int, seconds: float, work: Path) -> dict[str
         "--arrival-pattern", "poisson", "--benchmark-duration", f"{seconds + 1:g}",
         "--isl", "16", "--osl", str(TOKENS), "--artifact-dir", str(out), "--ui-type", "none",
     ]  # fmt: skip
-    _, client_cores = cores()
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if client_cores is not None:
-            os.sched_setaffinity(proc.pid, client_cores)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        lab.terminate()
-        lab.wait(timeout=10)
-    row: dict[str, Any] = {"tool": "aiperf", "streams": streams, "rate_rps": round(rate, 1)}
     export = out / "profile_export.jsonl"
-    if proc.returncode != 0 or not export.exists():
-        row["error"] = err.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]
+    failed = run_peer(cmd, lab, None, export)
+    row: dict[str, Any] = {"tool": "aiperf", "streams": streams, "rate_rps": round(rate, 1)}
+    if failed:
+        row["error"] = failed
         return row
     ttft, itl, own = _aiperf_times(export)
     row.update(requests=len(ttft), **_errors(ttft, itl, truth))
