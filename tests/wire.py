@@ -33,3 +33,23 @@ class FakeWire:
 
     def write(self, data: bytes) -> None:
         pass
+
+
+def hand_pool(*, streaming: bool = False, timeout_ns: int = 10**10) -> tuple[Any, list[int]]:
+    """A transport's one pool (a loopback URL never dialled) for connections driven by hand,
+    and the list of sequence numbers it settles, in order."""
+    from tailwise.loadgen.http import HttpTransport
+    from tailwise.loadgen.targets import parse_url
+
+    transport = HttpTransport(
+        [parse_url("http://127.0.0.1:9/")],
+        [[b"GET / HTTP/1.1\r\n\r\n"]],
+        timeout_ns=timeout_ns,
+        connect_timeout_ns=10**9,
+        streaming=streaming,
+    )
+    pool = transport._pools[0]
+    settled: list[int] = []
+    pool.on_done = lambda block, j: settled.append(block.base + j)
+    pool.start_waiting = lambda conn: None
+    return pool, settled

@@ -21,12 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tailwise.loadgen import http_conn, http_stream, sse_fast
-from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.llm_stream import Chunk, classify
 from tailwise.loadgen.sse import SSEParser
-from tailwise.loadgen.targets import parse_url
 from tailwise.records import RecordBlock
-from tests.wire import FakeWire
+from tests.wire import FakeWire, hand_pool
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sse"
 SSE_FILES = sorted(FIXTURES.glob("*.sse"))
@@ -338,16 +336,7 @@ def drive(
     monkeypatch.setattr(http_stream, "fast_usage", USAGES[name])
     if read is _declined:
         monkeypatch.setattr(http_stream, "is_one_event", lambda body: False)
-    transport = HttpTransport(
-        [parse_url("http://127.0.0.1:9/")],
-        [[b"GET / HTTP/1.1\r\n\r\n"]],
-        timeout_ns=10**10,
-        connect_timeout_ns=10**9,
-        streaming=True,
-    )
-    pool = transport._pools[0]
-    pool.on_done = lambda block, j: None
-    pool.start_waiting = lambda conn: None
+    pool, _ = hand_pool(streaming=True)
     block = RecordBlock(0, 1)
     conn = http_stream.StreamConn(pool)
     conn.connection_made(FakeWire())

@@ -30,17 +30,15 @@ from hypothesis import strategies as st
 
 from tailwise.errors import BadInput
 from tailwise.files import safe_yaml
-from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.http_conn import Conn, ends_at_close
 from tailwise.loadgen.http_stream import StreamConn
 from tailwise.loadgen.llm_stream import classify
 from tailwise.loadgen.sse import SSEParser
-from tailwise.loadgen.targets import parse_url
 from tailwise.metrics.shape import check_summary
 from tailwise.metrics.slo import parse_slo
 from tailwise.records import ERROR_KINDS, RecordBlock
 from tailwise.sim.scenario import parse_scenario
-from tests.wire import FakeWire
+from tests.wire import FakeWire, hand_pool
 
 pytestmark = pytest.mark.reliability
 QUICK = settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
@@ -76,17 +74,7 @@ answers = st.lists(
 
 
 def _drive(conn_type: type[Conn], pieces: list[bytes], streaming: bool) -> None:
-    transport = HttpTransport(
-        [parse_url("http://127.0.0.1:9/")],
-        [[b"GET / HTTP/1.1\r\n\r\n"]],
-        timeout_ns=10**10,
-        connect_timeout_ns=10**9,
-        streaming=streaming,
-    )
-    pool = transport._pools[0]
-    settled: list[int] = []
-    pool.on_done = lambda block, j: settled.append(block.base + j)
-    pool.start_waiting = lambda conn: None
+    pool, settled = hand_pool(streaming=streaming)
     block = RecordBlock(0, 4)
     conn = conn_type(pool)
     conn.connection_made(FakeWire())

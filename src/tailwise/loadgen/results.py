@@ -1,9 +1,9 @@
 """Results leave the hot path here: records streamed to disk during the run, and progress.
 
 Both run as periodic tasks on the engine's event loop. Finished rows go to a
-writer process every :data:`FLUSH_S` as binary frames (JSON formatting happens
-there, off the pacer's core); it appends and flushes ``records.jsonl`` per
-frame, so a killed run keeps its data.
+writer process as binary frames, within :data:`FLUSH_MAX_NS` of finishing (JSON
+formatting happens there, off the pacer's core); it appends and flushes
+``records.jsonl`` per frame, so a killed run keeps all but its last ~0.1 s.
 """
 
 from __future__ import annotations
