@@ -1,7 +1,8 @@
-"""The optional compiled fast path (C): built where a compiler is present, skipped where not.
+"""The optional compiled fast paths (C): built where a compiler is present, skipped where not.
 
-Everything else about the package is in pyproject.toml. Without the extension tailwise
-runs the same pure-Python path (tailwise.loadgen.sse_fast), only slower per stream chunk.
+Everything else about the package is in pyproject.toml. Without the extensions tailwise
+runs the same pure-Python path (tailwise.loadgen.sse_fast, and httptools alone for
+whole HTTP answers), only slower per stream chunk and per request.
 """
 
 from setuptools import Extension, setup
@@ -12,6 +13,11 @@ setup(
             "tailwise.loadgen.sse_c",
             sources=["src/tailwise/loadgen/sse_c.c"],
             optional=True,  # no compiler: install without it
-        )
+        ),
+        Extension(
+            "tailwise.loadgen.http_c",
+            sources=["src/tailwise/loadgen/http_c.c"],
+            optional=True,
+        ),
     ]
 )

@@ -37,6 +37,7 @@ import httptools
 from tailwise.clock import now_ns
 from tailwise.loadgen.llm_stream import Timings
 from tailwise.loadgen.openai import TokenCounter
+from tailwise.loadgen.sse_fast import compiled_module
 from tailwise.loadgen.transport import OnDone
 from tailwise.metrics.error_samples import ErrorSamples
 from tailwise.records import ERROR_KINDS, RecordBlock, error_code
@@ -48,6 +49,11 @@ HEAD_MAX_BYTES = 65_536  # how much of a response is kept to read its headers at
 # A 4xx/5xx answer keeps reading into ``head`` past its headers (bounded by HEAD_MAX_BYTES)
 # so that its body can be sampled; told by the status line's first digit: "HTTP/1.1 4".
 ERROR_DIGITS = (b"4", b"5")
+ReadWhole = Callable[[bytes], int]
+_http_c = compiled_module("http_c")
+# The status of one read that is one whole plain answer, else 0 (see http_c.c); None
+# where not built or TAILWISE_PURE_PYTHON is set: httptools reads every answer then.
+READ_WHOLE: ReadWhole | None = _http_c.response if _http_c is not None else None
 
 
 class StreamOwner(Protocol):
@@ -100,7 +106,13 @@ def ends_at_close(head: bytes | None) -> bool:
 
 
 class Conn(asyncio.Protocol):
-    """One keep-alive connection; carries at most one request at a time (no pipelining)."""
+    """One keep-alive connection; carries at most one request at a time (no pipelining).
+
+    A read that starts an answer and is one whole plain answer (a Content-Length body,
+    2xx/3xx, keep-alive: see ``http_c.c``) is booked from :data:`READ_WHOLE`'s status
+    without httptools, whose state between two messages one whole message leaves as it
+    was. Subclasses that read the body set ``read_whole`` to None.
+    """
 
     __slots__ = (
         "block",
@@ -112,6 +124,7 @@ class Conn(asyncio.Protocol):
         "nbytes",
         "parser",
         "pool",
+        "read_whole",
         "served",
         "t_last",
         "transport",
@@ -131,6 +144,7 @@ class Conn(asyncio.Protocol):
         self.head: bytes | None = None
         self.head_open = False  # the head so far has no header end yet
         self.served = 0  # final responses completed on this connection
+        self.read_whole = READ_WHOLE
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -147,6 +161,13 @@ class Conn(asyncio.Protocol):
             block.first_byte_ns[self.j] = t
         head = self.head
         if head is None:
+            read_whole = self.read_whole
+            if read_whole is not None:
+                status = read_whole(data)
+                if status:  # one whole plain answer: httptools would say the same
+                    self.nbytes += len(data)
+                    self.complete(block, status, True)
+                    return
             self.head = data
             # One search per response; an error answer keeps its body's start too.
             self.head_open = b"\r\n\r\n" not in data or data[9:10] in ERROR_DIGITS
@@ -168,7 +189,6 @@ class Conn(asyncio.Protocol):
         block = self.block
         if block is None:
             return
-        j = self.j
         parser = self.parser
         status = parser.get_status_code()
         if status == 101:  # Switching Protocols, unasked: what follows is not HTTP
@@ -178,6 +198,11 @@ class Conn(asyncio.Protocol):
         if 100 <= status < 200:
             self.head = None  # an interim response; the final one follows on this connection
             return
+        self.complete(block, status, parser.should_keep_alive())
+
+    def complete(self, block: RecordBlock, status: int, keep: bool) -> None:
+        """Book the final answer (``status``) of ``block``'s request; keep the connection?"""
+        j = self.j
         block.done_ns[j] = self.t_last
         block.status[j] = status
         if status >= 400:
@@ -187,7 +212,6 @@ class Conn(asyncio.Protocol):
         block.bytes_in[j] = self.nbytes
         self.block = None
         self.served += 1
-        keep = parser.should_keep_alive()
         pool = self.pool
         pool.on_done(block, j)
         if keep and not self.closed:

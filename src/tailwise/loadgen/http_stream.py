@@ -104,6 +104,7 @@ class StreamConn(Conn):
 
     def __init__(self, pool: ConnPool) -> None:
         super().__init__(pool)
+        self.read_whole = None  # the body is read: every answer goes through httptools
         self.reset_stream()
 
     def reset_stream(self) -> None:
@@ -332,6 +333,7 @@ class AnswerConn(Conn):
 
     def __init__(self, pool: ConnPool) -> None:
         super().__init__(pool)
+        self.read_whole = None  # the body is read: every answer goes through httptools
         self.body: list[bytes] = []
 
     def reset_stream(self) -> None:

@@ -37,6 +37,7 @@ import importlib
 import json
 import os
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from tailwise.loadgen.llm_stream import MAX_TOKEN_COUNT  # over it, the classifier refuses
@@ -139,13 +140,26 @@ ReadEnd = Callable[[bytes], tuple[str, str] | None]
 ReadUsage = Callable[[bytes], tuple[int | None, int | None] | None]
 
 
-def _pick() -> tuple[Read, ReadEnd, ReadUsage, Read, str]:
-    if os.environ.get("TAILWISE_PURE_PYTHON", "") not in ("", "0"):
-        return content_py, finish_py, usage_py, chunk_py, "python (TAILWISE_PURE_PYTHON)"
+def pure_python() -> bool:
+    """Whether ``TAILWISE_PURE_PYTHON`` asks for the pure-Python paths."""
+    return os.environ.get("TAILWISE_PURE_PYTHON", "") not in ("", "0")
+
+
+def compiled_module(name: str) -> ModuleType | None:
+    """``tailwise.loadgen.<name>`` (a C extension), or None if not built or not wanted."""
+    if pure_python():
+        return None
     try:
-        compiled = importlib.import_module("tailwise.loadgen.sse_c")
+        return importlib.import_module(f"tailwise.loadgen.{name}")
     except ImportError:
-        return content_py, finish_py, usage_py, chunk_py, "python (no compiled module)"
+        return None
+
+
+def _pick() -> tuple[Read, ReadEnd, ReadUsage, Read, str]:
+    compiled = compiled_module("sse_c")
+    if compiled is None:
+        why = "TAILWISE_PURE_PYTHON" if pure_python() else "no compiled module"
+        return content_py, finish_py, usage_py, chunk_py, f"python ({why})"
     return compiled.content, compiled.finish, compiled.usage, compiled.chunk, "compiled"
 
 
