@@ -107,3 +107,26 @@ def test_closed_loop_spills_too(tmp_path: Path, spills: list[int]) -> None:
     if len(res.records) > 3 * 4096:  # enough blocks on this machine to leave memory
         assert spills
     same(res.records, read_jsonl(tmp_path / "records.jsonl"))
+
+
+def test_stream_chunk_times_leave_in_short_steps(tmp_path: Path) -> None:
+    # A block of LLM rows: its chunk times leave in pieces of CHUNK_PIECE_ROWS rows, one
+    # piece per step (a whole block in one step held the event loop ~4 ms), and come back
+    # whole.
+    rows = 600
+    blk = RecordBlock(0, rows)
+    blk.sent_ns[:] = type(blk.sent_ns)("q", range(rows))
+    for j in range(rows):
+        blk.chunk_times[j] = [j * 1000 + k for k in range(33)]
+    want = {j: list(v) for j, v in blk.chunk_times.items()}
+    blocks = [blk, RecordBlock(rows, 1), RecordBlock(rows + 1, 1)]
+    s = spill.Spill(tmp_path)
+    s.note_written(list(range(rows)))
+    assert s.retirable(blocks) == [0]
+    steps = sum(1 for _ in s.retire_steps(blocks, 0))
+    pieces = -(-rows // spill.CHUNK_PIECE_ROWS)
+    assert steps == len(spill.ARRAY_COLUMNS) + pieces == len(spill.ARRAY_COLUMNS) + 3
+    assert blk.chunk_times == {} and len(blk.sent_ns) == 0  # out of memory
+    s.restore(blocks)
+    assert blk.chunk_times == want
+    assert list(blk.sent_ns) == list(range(rows))
