@@ -45,3 +45,18 @@ def demo_target() -> Iterator[Callable[..., str]]:
 
     with _servers(lambda kind, *a: spawn_demo(kind, *a, lifetime="180s")) as url:
         yield url
+
+
+@pytest.fixture
+def stream_lab() -> Iterator[Callable[..., str]]:
+    """``stream_lab("50ms", "10ms", truth_path)`` -> base URL of a stream lab with that TTFT
+    and ITL, logging what it sent to ``truth_path``; stopped after the test."""
+
+    def start(ttft: str, itl: str, truth: object) -> tuple[subprocess.Popen[str], str]:
+        return spawn(
+            "tailwise.server.stream_lab", "--ttft", ttft, "--itl", itl,
+            "--truth", str(truth), "--lifetime", "120s",
+        )  # fmt: skip
+
+    with _servers(start) as url:
+        yield url

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tailwise.server import spawn, spawn_demo
+from tailwise.server import spawn_demo
 
 
 @pytest.fixture(scope="module")
@@ -20,13 +20,7 @@ def llm() -> Iterator[str]:
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def lab(tmp_path: Path, stream_lab: Callable[..., str]) -> tuple[str, Path]:
     """A stream lab with TTFT 50 ms and ITL 10 ms, and its truth log (what it really sent)."""
     truth = tmp_path / "truth.jsonl"
-    proc, url = spawn(
-        "tailwise.server.stream_lab", "--ttft", "50ms", "--itl", "10ms",
-        "--truth", str(truth), "--lifetime", "120s",
-    )  # fmt: skip
-    yield url, truth
-    proc.terminate()
-    proc.wait(timeout=10)
+    return stream_lab("50ms", "10ms", truth), truth

@@ -10,13 +10,12 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tailwise.server import spawn
 from tailwise.server.stream_lab import _Pacer, read_truth
 
 
@@ -100,15 +99,9 @@ def test_pacer_gives_reads_a_turn_when_writing_falls_behind() -> None:
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def lab(tmp_path: Path, stream_lab: Callable[..., str]) -> tuple[str, Path]:
     truth = tmp_path / "truth.jsonl"
-    proc, url = spawn(
-        "tailwise.server.stream_lab", "--ttft", "5ms", "--itl", "2ms",
-        "--truth", str(truth), "--lifetime", "60s",
-    )  # fmt: skip
-    yield url, truth
-    proc.terminate()
-    proc.wait(timeout=10)
+    return stream_lab("5ms", "2ms", truth), truth
 
 
 def post(url: str, path: str, body: dict[str, Any]) -> bytes:
