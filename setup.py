@@ -1,8 +1,9 @@
 """The optional compiled fast paths (C): built where a compiler is present, skipped where not.
 
 Everything else about the package is in pyproject.toml. Without the extensions tailwise
-runs the same pure-Python path (tailwise.loadgen.sse_fast, and httptools alone for
-whole HTTP answers), only slower per stream chunk and per request.
+runs the same pure-Python paths (tailwise.loadgen.sse_fast, httptools alone for whole
+HTTP answers, tailwise.records.format_rows for the records file), only slower per
+stream chunk, per request and per record.
 """
 
 from setuptools import Extension, setup
@@ -17,6 +18,11 @@ setup(
         Extension(
             "tailwise.loadgen.http_c",
             sources=["src/tailwise/loadgen/http_c.c"],
+            optional=True,
+        ),
+        Extension(
+            "tailwise.loadgen.writer_c",
+            sources=["src/tailwise/loadgen/writer_c.c"],
             optional=True,
         ),
     ]

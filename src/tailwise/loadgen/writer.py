@@ -27,7 +27,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from tailwise.records import ERROR_KINDS, INT_COLUMNS, format_rows
+from tailwise.loadgen.sse_fast import compiled_module
+from tailwise.records import COLUMNS, ERROR_KINDS, INT_COLUMNS, format_rows
 
 MAGIC = b"TWF2"
 HEADER = struct.Struct("<4sIII")
@@ -88,6 +89,48 @@ def _format(
     return format_rows(cols, codes, chunks, in_window, capped)
 
 
+def _field_plan() -> tuple[tuple[bytes, int, int], ...]:
+    """What :mod:`tailwise.loadgen.writer_c` writes, field by field, in the records' order:
+    (text before the value, what the value is, its row of the frame's matrix)."""
+    row = {c: i for i, c in enumerate(INT_COLUMNS)}
+    special = {
+        "error": (1, WIDTH - 2),
+        "chunk_times": (2, 0),
+        "in_window": (3, row["scheduled_ns"]),
+        "capped": (4, WIDTH - 1),
+    }
+    return tuple(
+        (f'{"," if k else "{"}"{name}":'.encode(), *special.get(name, (0, row.get(name, 0))))
+        for k, name in enumerate(COLUMNS)
+    )
+
+
+# The frame's integers are little-endian; the compiled formatter reads native ones.
+_COMPILED = compiled_module("writer_c") if sys.byteorder == "little" else None
+_PLAN = _field_plan()
+
+
+def format_frame(
+    payload: bytes, n_kinds: int, rows: int, n_values: int, window: tuple[int, int]
+) -> str:
+    """A frame's records as JSON Lines: compiled where built (~10x faster), else
+    :func:`_format`; the same text either way."""
+    kinds = json.loads(payload[:n_kinds])
+    if _COMPILED is not None:
+        encoded = tuple(json.dumps(k).encode() for k in kinds)
+        ints = memoryview(payload)[n_kinds:]
+        try:
+            text: str = _COMPILED.rows(ints, rows, WIDTH, n_values, _PLAN, encoded, *window)
+            return text
+        except ValueError:  # a frame that does not add up: the general path decides
+            pass
+    ints_np = np.frombuffer(payload, dtype="<i8", offset=n_kinds)
+    matrix = ints_np[: rows * WIDTH].reshape(WIDTH, rows)
+    counts = ints_np[rows * WIDTH : rows * WIDTH + rows]
+    values = ints_np[rows * WIDTH + rows :]
+    return _format(matrix, counts, values, kinds, window)
+
+
 def serve(stream: BinaryIO, out: Path, window: tuple[int, int]) -> int:
     rows_written = 0
     with open(out, "w", encoding="utf-8") as fh:
@@ -98,12 +141,7 @@ def serve(stream: BinaryIO, out: Path, window: tuple[int, int]) -> int:
             payload = _read_exact(stream, n_kinds + 8 * (rows * WIDTH + rows + n_values))
             if payload is None:
                 break  # the engine died mid-frame: keep every complete frame
-            kinds = json.loads(payload[:n_kinds])
-            ints = np.frombuffer(payload, dtype="<i8", offset=n_kinds)
-            matrix = ints[: rows * WIDTH].reshape(WIDTH, rows)
-            counts = ints[rows * WIDTH : rows * WIDTH + rows]
-            values = ints[rows * WIDTH + rows :]
-            fh.write(_format(matrix, counts, values, kinds, window))
+            fh.write(format_frame(payload, n_kinds, rows, n_values, window))
             fh.flush()
             rows_written += rows
     return rows_written
