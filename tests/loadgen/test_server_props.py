@@ -7,7 +7,9 @@ trimmed; the server is a real HTTP server on loopback in a thread of the test.
 from __future__ import annotations
 
 import json
+import socketserver
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -149,6 +151,65 @@ def test_probe_of_a_closed_port_is_none_fast() -> None:
     with ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler) as httpd:
         port = httpd.server_address[1]
     assert probe(f"http://127.0.0.1:{port}/v1") is None
+
+
+class _Raw(socketserver.BaseRequestHandler):
+    """Answers any request with the server's ``script``: a list of (bytes, pause s)."""
+
+    script: list[tuple[bytes, float]] = []
+
+    def handle(self) -> None:
+        self.request.recv(65_536)
+        try:
+            for data, pause_s in self.script:
+                self.request.sendall(data)
+                time.sleep(pause_s)
+        except OSError:
+            pass  # the probe gave up and closed: what this test wants
+
+
+def _raw_server(script: list[tuple[bytes, float]]) -> socketserver.ThreadingTCPServer:
+    handler = type("Handler", (_Raw,), {"script": script})
+    httpd = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+JSON_CHUNKED = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "script"),
+    [
+        # One byte every 50 ms, for ever: each read beats the socket timeout, the whole
+        # answer does not (it took 26 s before the probe had a deadline of its own).
+        ("trickle", [(JSON_CHUNKED, 0.0)] + [(b"1\r\n \r\n", 0.05)] * 400),
+        # An endless event stream (a server that streams on every path) is not even read.
+        (
+            "event stream",
+            [(JSON_CHUNKED.replace(b"application/json", b"text/event-stream"), 0.0)]
+            + [(b"6\r\ndata: \r\n", 0.05)] * 400,
+        ),
+        # Broken answers raised http.client's errors out of the run, as a traceback.
+        ("bad status line", [(b"garbage\r\n\r\n", 0.0)]),
+        ("cut chunk", [(JSON_CHUNKED + b"ff\r\n{", 0.0)]),
+    ],
+)
+def test_a_hostile_props_answer_is_no_answer_within_its_deadline(
+    case: str, script: list[tuple[bytes, float]]
+) -> None:
+    httpd = _raw_server(script)
+    try:
+        started = time.monotonic()
+        assert probe(f"http://127.0.0.1:{httpd.server_address[1]}/v1", timeout_s=0.5) is None
+        # 0.5 s for the head and 0.5 s for the body at most; the script lasts 20 s.
+        assert time.monotonic() - started < 5.0, case
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def chat(url: str, out: Path, requests: int, **kw: Any) -> tailwise.loadgen.runner.RunResult:

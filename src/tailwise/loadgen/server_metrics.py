@@ -104,13 +104,22 @@ def fetch(url: str, timeout_s: float, insecure: bool = False) -> str:
 
 
 def _read_by(resp: Any, deadline: float) -> bytes:
-    """The body, read by ``deadline`` (monotonic s): a socket timeout bounds one read only,
-    and a server that trickles bytes forever would hold the scrape (and the run) with it."""
+    try:
+        return read_by(resp, deadline, MAX_BODY_BYTES)
+    except TimeoutError:
+        raise ScrapeError("timeout") from None
+
+
+def read_by(resp: Any, deadline: float, max_bytes: int) -> bytes:
+    """An HTTP answer's body, read by ``deadline`` (monotonic s), stopping once past
+    ``max_bytes`` (the caller sees more than ``max_bytes``: too large). A socket timeout
+    bounds one read only, and a server that trickles bytes forever would hold the caller
+    (and the run) with it: past the deadline, raises TimeoutError."""
     parts: list[bytes] = []
     size = 0
-    while size <= MAX_BODY_BYTES:
+    while size <= max_bytes:
         if time.monotonic() > deadline:
-            raise ScrapeError("timeout")
+            raise TimeoutError("the answer outlived its deadline")
         part: bytes = resp.read1(READ_BYTES) if hasattr(resp, "read1") else resp.read(READ_BYTES)
         if not part:
             break

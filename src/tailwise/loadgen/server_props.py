@@ -7,20 +7,27 @@ takes the slot count from here instead of fitting it, and schedules prompts
 the way llama.cpp batches them (see :mod:`tailwise.calibrate.llm`).
 
 The probe is one GET on the target's own host and port, before the first
-request is scheduled, with a 2 s timeout, no credentials and no body read past
-:data:`MAX_BYTES`; any other server (vLLM, hosted APIs) answers 404 or
-something else, and the run records nothing; a redirect is not followed.
+request is scheduled, with no credentials, a 2 s timeout for the connection and
+the answer's head and 2 s more for its body as a whole (a server that trickles
+bytes does not hold the run), and no body read past :data:`MAX_BYTES`; an answer
+that says it is not JSON is not read at all. Any other server (vLLM, hosted APIs)
+answers 404 or something else, and the run records nothing; a redirect is not
+followed, a broken answer is no answer.
 Values are bounded before they are kept; the summary's ``server_info`` holds
 them.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
+
+from tailwise.loadgen.server_metrics import read_by
 
 PROPS_PATH = "/props"
 MAX_BYTES = 1 << 20  # llama.cpp's /props is a few kB (the chat template is the bulk)
@@ -87,11 +94,12 @@ def probe(url: str, timeout_s: float = TIMEOUT_S) -> dict[str, Any] | None:
     req = urllib.request.Request(target, headers={"Accept": "application/json"})
     try:
         with _OPENER.open(req, timeout=timeout_s) as resp:  # http(s) only: props_url
-            if resp.status != 200:
-                return None
-            body = resp.read(MAX_BYTES + 1)
-    except (OSError, urllib.error.URLError, ValueError):
-        return None
+            kind = resp.headers.get("Content-Type", "")
+            if resp.status != 200 or (kind and "json" not in kind.lower()):
+                return None  # llama.cpp says application/json; an event stream is not props
+            body = read_by(resp, time.monotonic() + timeout_s, MAX_BYTES)
+    except (OSError, urllib.error.URLError, ValueError, http.client.HTTPException):
+        return None  # TimeoutError (a trickle) is an OSError
     if len(body) > MAX_BYTES:
         return None
     try:
