@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -156,7 +156,7 @@ def test_probe_of_a_closed_port_is_none_fast() -> None:
 class _Raw(socketserver.BaseRequestHandler):
     """Answers any request with the server's ``script``: a list of (bytes, pause s)."""
 
-    script: list[tuple[bytes, float]] = []
+    script: ClassVar[list[tuple[bytes, float]]] = []
 
     def handle(self) -> None:
         self.request.recv(65_536)
