@@ -97,3 +97,28 @@ def test_knee_on_an_llm_scenario_lies_below_the_saturated_rate(
     # TTFT's p99 blows up as the engine nears saturation (~30/s), so the SLO knee lies
     # below it; with 30 s trials it lands around 0.75-0.9 of it (seed to seed).
     assert 0.6 * lower <= knee < lower
+
+
+@pytest.mark.parametrize("llm", [True, False])
+def test_point_estimates_are_the_same_without_intervals(llm: bool) -> None:
+    """``simulate(..., intervals=False)`` (the calibration's objective) leaves out the
+    intervals and so the verdict, and changes no percentile, rate or count."""
+    sc = DEMO if llm else {"servers": 2, "service": "exp:5ms", "arrival": DEMO["arrival"]}
+    full = simulate(parse_scenario(sc)).summary
+    bare = simulate(parse_scenario(sc), intervals=False).summary
+
+    def points(obj: Any) -> Any:  # the summary without its intervals and verdict
+        if isinstance(obj, dict):
+            return {
+                k: points(v)
+                for k, v in obj.items()
+                if not k.startswith(("verdict", "ci", "decided", "within"))
+                and k not in ("confidence", "steady_state", "sim")
+            }
+        return [points(v) for v in obj] if isinstance(obj, list) else obj
+
+    assert "ci" in json.dumps(full) and bare["verdict"] == "inconclusive"
+    assert points(bare) == points(full)
+    assert bare["latency_ms"]["p99"] == full["latency_ms"]["p99"] > 0
+    if llm:
+        assert bare["ttft_ms"]["p50"] == full["ttft_ms"]["p50"] > 0

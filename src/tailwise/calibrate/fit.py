@@ -179,7 +179,8 @@ def predict(model: dict[str, Any], step: Step, min_requests: int) -> dict[str, f
     rare replication that congested)."""
     sums: dict[str, list[float]] = {}
     for seed in range(1, replications_for(step, min_requests) + 1):
-        summary = simulate(parse_scenario(step_model(model, step, seed))).summary
+        # Point estimates: a fit reads percentiles, never their intervals.
+        summary = simulate(parse_scenario(step_model(model, step, seed)), intervals=False).summary
         sums.setdefault("throughput", []).append(float(summary["rates"]["throughput_rps"]))
         for label, section, p in METRICS[step.kind]:
             value = (summary.get(section) or {}).get(p)

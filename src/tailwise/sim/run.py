@@ -215,9 +215,11 @@ def llm_records(
     )
 
 
-def simulate(sc: Scenario) -> SimRun:
+def simulate(sc: Scenario, *, intervals: bool = True) -> SimRun:
+    """One simulated run of ``sc``; ``intervals=False`` gives point estimates only (see
+    :class:`~tailwise.metrics.summary.RunInfo`)."""
     if sc.llm is not None:
-        return _simulate_llm(sc)
+        return _simulate_llm(sc, intervals)
     spec = system_spec(sc)
     slos = _slos(sc)
     arrivals, window = _arrivals(sc)
@@ -228,7 +230,7 @@ def simulate(sc: Scenario) -> SimRun:
     wall_s = time.perf_counter() - started
     records = to_records(arrivals, outcome, window, window[1])
     window = _auto_warmup(sc, records, window)
-    summary = summarize(records, _run_info(sc, window, slos, llm=False))
+    summary = summarize(records, _run_info(sc, window, slos, llm=False, intervals=intervals))
     summary["sim"] = _sim_section(result, len(arrivals), wall_s, spec)
     return SimRun(summary, records, result)
 
@@ -270,7 +272,9 @@ def _delayed_llm(res: LlmResult, delay: Distribution, seed: int) -> LlmResult:
     )
 
 
-def _run_info(sc: Scenario, window: tuple[int, int], slos: list[SLO], llm: bool) -> RunInfo:
+def _run_info(
+    sc: Scenario, window: tuple[int, int], slos: list[SLO], llm: bool, intervals: bool = True
+) -> RunInfo:
     return RunInfo(
         source="sim",
         target=f"sim:{sc.name}",
@@ -280,6 +284,7 @@ def _run_info(sc: Scenario, window: tuple[int, int], slos: list[SLO], llm: bool)
         slos=slos,
         max_send_lag_ns=2**62,  # virtual time: the "generator" is never late
         llm=llm,
+        intervals=intervals,
     )
 
 
@@ -291,7 +296,7 @@ def _slos(sc: Scenario) -> list[SLO]:
     return slos
 
 
-def _simulate_llm(sc: Scenario) -> SimRun:
+def _simulate_llm(sc: Scenario, intervals: bool = True) -> SimRun:
     assert sc.llm is not None
     spec = llm_system(sc)
     slos = _slos(sc)
@@ -306,7 +311,7 @@ def _simulate_llm(sc: Scenario) -> SimRun:
     wall_s = time.perf_counter() - started
     records = llm_records(arrivals, res, prompt, output, window)
     window = _auto_warmup(sc, records, window)
-    summary = summarize(records, _run_info(sc, window, slos, llm=True))
+    summary = summarize(records, _run_info(sc, window, slos, llm=True, intervals=intervals))
     n = len(arrivals)
     preempted = res.preempted if res.preempted is not None else np.zeros(0, np.int64)
     summary["sim"] = {
