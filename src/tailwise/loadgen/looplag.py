@@ -15,7 +15,10 @@ slice (a preallocated array: one integer store per probe in the common case,
 never per request), and a request read at ``t`` gets the maximum over the
 slices around ``t`` plus one period as the bound on its receive lag
 (:class:`tailwise.metrics.client.LagSeries`). The probe costs about 1,000
-wake-ups a second, a few microseconds each.
+wake-ups a second: a few microseconds each while the loop is busy anyway (at
+1,000 streams a 10 ms period changed the client's CPU per chunk by nothing
+measurable), but a wake-up of an idle loop costs far more on a virtual machine
+(about 40 us on the 2-core VM of docs/benchmarks.md, 4% of a core for an idle run).
 
 Where there is no ``timerfd`` (not Linux), the loop's own timer is used: its
 millisecond rounding makes each sample up to 1 ms larger, which only widens
