@@ -15,7 +15,8 @@
  *   the path that samples their body), a space, a reason of printable ASCII, CRLF;
  * - header lines ``name:value`` CRLF, the name a token, the value printable ASCII or tab;
  * - exactly one Content-Length of 1 to 15 digits (optional spaces or tabs around them);
- * - no Transfer-Encoding, no Upgrade, and a Connection header, if any, of ``keep-alive``;
+ * - no Transfer-Encoding, Upgrade or Proxy-Connection, and a Connection header, if any, of
+ *   ``keep-alive``;
  * - an empty line, then a body of exactly Content-Length bytes ending where ``data`` ends.
  *
  * The caller uses it only at the start of a response (its parser stands between two
@@ -88,7 +89,9 @@ static int whole_response(const unsigned char *b, Py_ssize_t n) {
         } else if (same_ci(b + name, name_len, "connection")) {
             if (!same_ci(b + value, value_end - value, "keep-alive")) return 0;
         } else if (same_ci(b + name, name_len, "transfer-encoding") ||
-                   same_ci(b + name, name_len, "upgrade")) {
+                   same_ci(b + name, name_len, "upgrade") ||
+                   /* llhttp reads it as Connection: a close there ends the connection */
+                   same_ci(b + name, name_len, "proxy-connection")) {
             return 0;
         }
     }
