@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 import time
@@ -149,26 +150,46 @@ class SpinWaker:
         self._cancel()
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """libc, with ``timerfd_settime``'s argument types (find_library runs a subprocess: once)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    libc.timerfd_settime.argtypes = [
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.POINTER(_Itimerspec),
+        ctypes.c_void_p,
+    ]
+    return libc
+
+
 def open_periodic_timerfd(first_ns: int, period_ns: int) -> int:
     """A non-blocking timerfd on CLOCK_MONOTONIC that first fires at the absolute instant
     ``first_ns`` and then every ``period_ns``; reading it gives the expirations since the
     last read (8 bytes). Raises OSError where timerfd is unavailable (not Linux)."""
     if not sys.platform.startswith("linux"):
         raise OSError("timerfd needs Linux")
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    settime = libc.timerfd_settime
-    settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec), ctypes.c_void_p]
-    fd = int(libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC))
+    fd = int(_libc().timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC))
     if fd < 0:
         raise OSError(ctypes.get_errno(), "timerfd_create failed")
-    spec = _Itimerspec()
-    spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(max(first_ns, 1), 1_000_000_000)
-    spec.it_interval.tv_sec, spec.it_interval.tv_nsec = divmod(period_ns, 1_000_000_000)
-    if settime(fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
-        err = ctypes.get_errno()
+    try:
+        set_periodic_timerfd(fd, first_ns, period_ns)
+    except OSError:
         os.close(fd)
-        raise OSError(err, "timerfd_settime failed")
+        raise
     return fd
+
+
+def set_periodic_timerfd(fd: int, first_ns: int | None, period_ns: int) -> None:
+    """Re-arm a timerfd of :func:`open_periodic_timerfd` (first at the absolute instant
+    ``first_ns``, then every ``period_ns``), or disarm it (``first_ns`` None): a disarmed
+    timer never fires, and what it had not yet read is dropped."""
+    spec = _Itimerspec()  # all zero: disarmed
+    if first_ns is not None:
+        spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(max(first_ns, 1), 1_000_000_000)
+        spec.it_interval.tv_sec, spec.it_interval.tv_nsec = divmod(period_ns, 1_000_000_000)
+    if _libc().timerfd_settime(fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
+        raise OSError(ctypes.get_errno(), "timerfd_settime failed")
 
 
 def make_waker(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Waker:

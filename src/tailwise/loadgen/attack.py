@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 import numpy as np
 
@@ -55,6 +55,9 @@ class Engine:
         # window ends here, not where the loop next got round to noticing: on a busy
         # machine that came 0.2 s later, and the rows due in between were never booked.
         self.stopped_rel_ns: int | None = None
+        # Called when a request goes out with none in flight before it (the receive-lag
+        # probe, paused while nothing was in flight, resumes: tailwise.loadgen.looplag).
+        self.on_busy: Callable[[], None] | None = None
 
     def on_done(self, block: RecordBlock, j: int) -> None:
         self.in_flight -= 1
@@ -76,6 +79,8 @@ class Engine:
 
     def _send(self, block: RecordBlock, j: int) -> None:
         self.in_flight += 1
+        if self.in_flight == 1 and self.on_busy is not None:
+            self.on_busy()
         self.sent += 1
         block.sent_ns[j] = now_ns() - self.t0
         self.transport.send(block, j)
@@ -227,6 +232,8 @@ class OpenLoop(Engine):
             # Dispatch inlined (cap check, stamp, send): this runs once per request.
             if self.in_flight < self.max_in_flight:
                 self.in_flight += 1
+                if self.in_flight == 1 and self.on_busy is not None:
+                    self.on_busy()
                 self.sent += 1
                 sent_ns[j] = now_ns() - t0
                 send(block, j)

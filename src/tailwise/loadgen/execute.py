@@ -210,8 +210,9 @@ async def _execute(
     transport.set_origin(t0)
     probe = LoopLag(p.horizon_ns or 10**10)
     cpu = ClientLoad()
+    engine.on_busy = probe.resume  # the probe pauses while nothing is in flight
     engine.begin(t0)
-    probe.start(t0)
+    probe.start(t0, busy=lambda: engine.in_flight > 0)
     show = p.opts.progress if p.opts.progress is not None else sys.stderr.isatty()
     progress = _progress(p, engine) if show else None
     tasks = [loop.create_task(pump(engine, sink, stop_io, spill=spill, progress=progress))]

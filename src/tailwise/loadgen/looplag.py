@@ -19,6 +19,9 @@ wake-ups a second: a few microseconds each while the loop is busy anyway (at
 1,000 streams a 10 ms period changed the client's CPU per chunk by nothing
 measurable), but a wake-up of an idle loop costs far more on a virtual machine
 (about 40 us on the 2-core VM of docs/benchmarks.md, 4% of a core for an idle run).
+So the probe pauses when it finds nothing in flight (``busy`` says so): with no request
+waiting for an answer there is no receive to be late, and the engine calls
+:meth:`LoopLag.resume` when its next request goes out.
 
 Where there is no ``timerfd`` (not Linux), the loop's own timer is used: its
 millisecond rounding makes each sample up to 1 ms larger, which only widens
@@ -30,10 +33,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
-from tailwise.clock import now_ns, open_periodic_timerfd
+from tailwise.clock import now_ns, open_periodic_timerfd, set_periodic_timerfd
 from tailwise.metrics.client import LagSeries
 
 PERIOD_NS = 1_000_000
@@ -58,11 +62,16 @@ class LoopLag:
         self._fd = -1
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._busy: Callable[[], bool] | None = None
+        self.paused = False  # found nothing in flight: no wake-ups until resume()
+        self.pauses = 0
 
-    def start(self, t0_ns: int) -> None:
-        """Probe from now on; lateness is booked by run time (``now - t0_ns``)."""
+    def start(self, t0_ns: int, busy: Callable[[], bool] | None = None) -> None:
+        """Probe from now on; lateness is booked by run time (``now - t0_ns``). With
+        ``busy``, a probe that finds it false pauses until :meth:`resume`."""
         self._loop = asyncio.get_running_loop()
         self._t0 = t0_ns
+        self._busy = busy
         self._first_due_ns = now_ns() + PERIOD_NS
         try:
             self._fd = open_periodic_timerfd(self._first_due_ns, PERIOD_NS)
@@ -81,10 +90,31 @@ class LoopLag:
         due = self._first_due_ns + self._expired * PERIOD_NS
         self._expired += n
         self._book(due, now)
+        if self._busy is not None and not self._busy():
+            set_periodic_timerfd(self._fd, None, PERIOD_NS)
+            self.paused = True
+            self.pauses += 1
+
+    def resume(self) -> None:
+        """Probe again (a request went out), from one period from now."""
+        if not self.paused:
+            return
+        self.paused = False
+        self._first_due_ns = now_ns() + PERIOD_NS
+        self._expired = 0
+        if self._fd >= 0:
+            set_periodic_timerfd(self._fd, self._first_due_ns, PERIOD_NS)
+        elif self._loop is not None and self._handle is None:
+            self._handle = self._loop.call_later(PERIOD_NS / 1e9, self._on_timer)
 
     def _on_timer(self) -> None:
         now = now_ns()
         self._book(self._first_due_ns, now)
+        self._handle = None
+        if self._busy is not None and not self._busy():
+            self.paused = True
+            self.pauses += 1
+            return
         self._first_due_ns = now + PERIOD_NS
         assert self._loop is not None
         self._handle = self._loop.call_later(PERIOD_NS / 1e9, self._on_timer)
