@@ -62,6 +62,12 @@ async def _pause_then_work() -> tuple[LoopLag, int, int, int]:
     _busy(0.03)  # in flight now: a long turn is seen as before
     await asyncio.sleep(0.02)
     probe.stop()
+    busy[0] = False
+    await asyncio.sleep(0.01)
+    ended = probe.samples
+    probe.resume()  # after the end: nothing
+    await asyncio.sleep(0.01)
+    assert probe.samples == ended
     return probe, paused_samples, idle_samples, start
 
 

@@ -140,6 +140,8 @@ class LoopLag:
             np.maximum(arr[first : last + 1], late, out=arr[first : last + 1])
 
     def stop(self) -> None:
+        self.paused = False  # a resume() after the end does nothing
+        self._busy = None
         if self._fd >= 0:
             if self._loop is not None:
                 self._loop.remove_reader(self._fd)
