@@ -64,14 +64,8 @@ class TimerfdWaker:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = _libc()
         self._settime = libc.timerfd_settime
-        self._settime.argtypes = [
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.POINTER(_Itimerspec),
-            ctypes.c_void_p,
-        ]
         fd = libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), "timerfd_create failed")
