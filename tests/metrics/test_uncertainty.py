@@ -11,7 +11,13 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from tailwise.metrics.steady import mser5, mser_statistic, steady_state
+from tailwise.metrics.steady import (
+    auto_start_ns,
+    more_failures_cut,
+    mser5,
+    mser_statistic,
+    steady_state,
+)
 from tailwise.metrics.uncertainty import (
     Estimate,
     batch_means,
@@ -184,6 +190,46 @@ def test_mser5_flags_a_run_that_never_settles() -> None:
     st = steady_state(x)
     assert not st.steady and st.truncate == 5 * (800 // 2) and "transient" in st.reason
     assert not steady_state(np.ones(50)).steady  # too few to tell
+
+
+def _cold_start(n: int = 5000, slow: int = 500, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Scheduled instants 1 ms apart, latency 5 units higher for the first ``slow`` requests."""
+    x = np.where(np.arange(n) < slow, 5.0, 0.0) + ar1(0.5, n, 1, seed=seed)[0] + 10.0
+    return np.arange(n, dtype=np.int64) * 1_000_000, (x * 1e6).astype(np.int64)
+
+
+def test_auto_start_does_not_cut_an_outage_as_warm_up() -> None:
+    """A target down for requests 200-259, slow for its first 500 answers: MSER-5 (on the
+    successful latencies) cuts past the outage; the window must still hold every failure."""
+    scheduled, latency = _cold_start()
+    ok = np.ones(len(scheduled), dtype=bool)
+    start, cut = auto_start_ns(scheduled, latency, ok, (0, int(scheduled[-1]) + 1))
+    assert start == scheduled[500] and cut == 500  # the cold start alone is cut exactly
+    ok[200:260] = False
+    start, cut = auto_start_ns(scheduled, latency, ok, (0, int(scheduled[-1]) + 1))
+    assert start == scheduled[200] and cut == 200  # held at the outage's first failure
+    assert not (~ok & (scheduled < start)).any()
+
+
+def test_auto_start_still_cuts_past_a_steady_background_of_failures() -> None:
+    """1% of requests fail at random throughout: the cut part fails no more often than the
+    rest, so the cold start is cut as before (the failures it drops are the run's own rate)."""
+    scheduled, latency = _cold_start()
+    ok = np.random.default_rng(4).random(len(scheduled)) >= 0.01
+    start, cut = auto_start_ns(scheduled, latency, ok, (0, int(scheduled[-1]) + 1))
+    # MSER-5 counts successful requests in batches of 5: the start lands within a batch
+    assert scheduled[500] <= start <= scheduled[505] and cut == int(ok[scheduled < start].sum())
+    assert (~ok[scheduled < start]).any()  # some failures were cut, at the background rate
+
+
+def test_more_failures_cut_is_a_one_sided_two_proportion_test() -> None:
+    assert more_failures_cut((60, 500), (0, 4500))  # an outage in the cut part
+    assert not more_failures_cut((5, 500), (45, 4500))  # the same 1% on both sides
+    assert not more_failures_cut((0, 500), (450, 4500))  # fewer failures cut: nothing hidden
+    assert not more_failures_cut((500, 500), (4500, 4500))  # every request failed
+    # one-sided 1%, as the MSER guard: z = 2.80 is more than chance, z = 2.42 is not
+    assert more_failures_cut((12, 500), (45, 4500))
+    assert not more_failures_cut((11, 500), (45, 4500))
 
 
 # -- means, proportions, rates -------------------------------------------------------------

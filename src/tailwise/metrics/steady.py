@@ -132,12 +132,44 @@ def auto_start_ns(
     Only a cut that MSER-5 makes inside the first half *and* that its guard confirms
     (:func:`steady_state`) moves the start; a window that never reached steady state
     keeps its start (cutting half of a drifting run leaves it drifting) and the summary
-    says so."""
+    says so.
+
+    A cut never hides an outage: MSER-5 sees only successful requests, so a burst of
+    failures before a shift in latency (a target that died and came back) would fall in
+    the cut and leave the window's error rate clean. Where the failed share of the cut
+    part exceeds the kept part's by more than chance (:func:`more_failures_cut`), the
+    start stops at the cut part's first failure, so every failure of the burst stays in
+    the window (a steady background of failures does not hold the cut back)."""
     s = np.asarray(scheduled_ns)
-    rows = np.flatnonzero((s >= window_ns[0]) & (s < window_ns[1]) & np.asarray(ok, dtype=bool))
+    ok = np.asarray(ok, dtype=bool)
+    in_window = (s >= window_ns[0]) & (s < window_ns[1])
+    rows = np.flatnonzero(in_window & ok)
     if len(rows) > 1 and not bool(np.all(s[rows][1:] >= s[rows][:-1])):
         rows = rows[np.argsort(s[rows], kind="stable")]
     st = steady_state(np.asarray(latency_ns)[rows])
     if not st.steady or st.truncate == 0:
         return window_ns[0], 0
-    return int(s[rows[st.truncate]]), st.truncate
+    start = int(s[rows[st.truncate]])
+    cut_part = in_window & (s < start)
+    failed_cut = cut_part & ~ok
+    n_cut, n_failed_cut = int(cut_part.sum()), int(failed_cut.sum())
+    n_kept = int(in_window.sum()) - n_cut
+    n_failed_kept = int((in_window & ~ok).sum()) - n_failed_cut
+    if n_failed_cut and more_failures_cut((n_failed_cut, n_cut), (n_failed_kept, n_kept)):
+        start = int(s[failed_cut].min())
+        return start, int((in_window & ok & (s < start)).sum())
+    return start, st.truncate
+
+
+def more_failures_cut(cut: tuple[int, int], kept: tuple[int, int]) -> bool:
+    """Is the failed share of the cut part, ``cut = (failed, all)``, higher than the kept
+    part's, ``kept``, by more than chance? A one-sided two-proportion z-test at
+    :data:`SHIFT_Z` (the cut is again the most extreme of many candidates)."""
+    (f1, n1), (f2, n2) = cut, kept
+    if n1 == 0 or n2 == 0:
+        return n1 > 0 and f1 > 0
+    pooled = (f1 + f2) / (n1 + n2)
+    se = math.sqrt(pooled * (1.0 - pooled) * (1.0 / n1 + 1.0 / n2))
+    if se == 0.0:  # every request failed, or none: the parts do not differ
+        return False
+    return (f1 / n1 - f2 / n2) / se > SHIFT_Z
