@@ -70,7 +70,7 @@ def test_target_that_dies_mid_run_and_comes_back(
     """Down for a while (the times count from before the run's start-up), then back as
     fast as before, or 25 times slower: a level shift early in the window that MSER-5
     (--warmup auto) cut as a transient, and with it the whole outage (the run then showed
-    no failure at all, in 3 of 3 tries), unless the cut is held at the outage."""
+    no failure at all, in 4 of 4 tries), unless the cut is held at the outage."""
     port = free_port()
     procs = [start_loopback(port)]
 
