@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tailwise.loadgen.runner import RunOptions, execute, prepare
+from tailwise.loadgen.transport import FakeTransport
 from tailwise.loadgen.watch import FIRST_LOOK, plan_looks
 from tests.clirun import run_cli
+
+MS = 1_000_000
 
 
 def test_looks_double_and_share_the_error_by_bonferroni() -> None:
@@ -56,6 +60,36 @@ def test_a_clear_pass_stops_long_before_the_cap(
     assert s["window"]["duration_s"] < 20  # 40 s allowed; a thousand requests decide
     assert s["confidence"] == pytest.approx(seq["per_look_confidence"])
     assert s["confidence"] > 0.95  # Bonferroni over the looks
+
+
+def test_looks_judge_past_the_cold_start_as_the_summary_does(tmp_path: Path) -> None:
+    """The first 300 answers take 300 ms, the rest 2 ms: p90 <= 500 ms holds throughout,
+    but judged with the cold start (a level shift the intervals read as autocorrelation)
+    the pass took 16,416 requests (look 8) and the summary then cut nothing; judged past
+    MSER-5's transient, as the summary is, it takes about 1,900 (look 5), and the summary
+    judges the sample the deciding look did (from its window start)."""
+
+    def law(seq: int) -> tuple[int, int, str]:
+        return ((300 if seq < 300 else 2) * MS, 200, "")
+
+    opts = RunOptions(
+        urls=["http://127.0.0.1:9/x"],
+        rate="1000/s",
+        duration="auto",
+        max_duration="30s",
+        slo=["p90(latency)<=500ms"],
+    )
+    res = execute(prepare(opts), tmp_path, transport=FakeTransport(law))
+    s = res.summary
+    settled = str(s["sequential"]["settled"])
+    assert s["verdict"] == "pass" and settled.startswith("decided after")
+    decided_n = int(settled.split()[2])
+    assert decided_n <= 4096  # look 6 at the latest
+    assert s["warmup"]["from_look"] and s["warmup"]["cut_requests"] >= 250
+    # the summary's window is the look's, plus the few rows sent while the look ran
+    assert decided_n <= s["requests"]["scheduled"] <= 1.05 * decided_n + 10
+    first_kept = int(res.records.scheduled_ns[res.records.in_window].min())
+    assert first_kept == pytest.approx(s["warmup"]["start_s"] * 1e9, abs=2 * MS)
 
 
 def test_a_clear_fail_stops_early_and_fails(

@@ -66,7 +66,8 @@ def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
     if out.interrupted or out.stopped_early or out.settled:
         end_ns = min(end_ns, max(out.stopped_at_ns, p.warmup_ns + 1))
     records = Records.from_blocks(engine.blocks, 0, (p.warmup_ns, end_ns))
-    start_ns, warmup = auto_warmup(p, records, (p.warmup_ns, end_ns))
+    decided = out.settled_start_ns if out.settled else None
+    start_ns, warmup = auto_warmup(p, records, (p.warmup_ns, end_ns), decided)
     writer = writer_state(directory, records, rows_on_disk)
     rows_on_disk = writer["rows_on_disk"]
     if warmup.get("cut_requests") and writer["state"] == "ok":
@@ -99,13 +100,15 @@ def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
 
 
 def auto_warmup(
-    p: Prepared, records: Records, window_ns: tuple[int, int]
+    p: Prepared, records: Records, window_ns: tuple[int, int], decided_start_ns: int | None = None
 ) -> tuple[int, dict[str, Any]]:
     """Where the window starts, and summary.json's ``warmup``: with ``--warmup auto`` past
     the transient MSER-5 finds (:func:`tailwise.metrics.steady.auto_start_ns`), else at
     the warm-up given. Only a steady open-loop rate is cut: a closed loop paces itself,
-    and stages, ramps and traces change their load on purpose. Sets ``records.in_window``
-    to match."""
+    and stages, ramps and traces change their load on purpose. A ``--duration auto`` run
+    that settled starts where its deciding look did (``decided_start_ns``), so that the
+    summary judges the sample the decision was made on, and not a cut of its own that
+    could leave too few requests to decide. Sets ``records.in_window`` to match."""
     if p.opts.warmup != "auto":
         return window_ns[0], {"mode": "fixed", "start_s": window_ns[0] / 1e9}
     described = p.schedule.describe() if p.schedule is not None else {}
@@ -115,9 +118,17 @@ def auto_warmup(
     if not steady_plan:  # closed loop paces itself; stages, ramps, traces change on purpose
         return window_ns[0], {"mode": "auto", "start_s": window_ns[0] / 1e9, "cut_requests": 0}
     ok = records.error == 0
-    start_ns, cut = auto_start_ns(records.scheduled_ns, derive.latency_ns(records), ok, window_ns)
-    records.in_window = (records.scheduled_ns >= start_ns) & (records.scheduled_ns < window_ns[1])
-    return start_ns, {"mode": "auto", "start_s": start_ns / 1e9, "cut_requests": cut}
+    s = records.scheduled_ns
+    if decided_start_ns is not None:
+        start_ns = max(decided_start_ns, window_ns[0])
+        cut = int((ok & (s >= window_ns[0]) & (s < start_ns)).sum())
+    else:
+        start_ns, cut = auto_start_ns(s, derive.latency_ns(records), ok, window_ns)
+    records.in_window = (s >= start_ns) & (s < window_ns[1])
+    doc: dict[str, Any] = {"mode": "auto", "start_s": start_ns / 1e9, "cut_requests": cut}
+    if decided_start_ns is not None:
+        doc["from_look"] = True
+    return start_ns, doc
 
 
 def sequential_doc(out: Outcome) -> dict[str, Any]:

@@ -109,6 +109,7 @@ class Outcome:
     settled: str = ""  # --duration auto: why the run stopped once every SLO was decided
     looks: Looks | None = None  # --duration auto: the looks planned, and their level
     looked: int = 0  # --duration auto: looks taken before the run stopped
+    settled_start_ns: int | None = None  # --warmup auto: where the deciding look's window began
 
 
 class WorkerHooks(Protocol):
@@ -265,6 +266,7 @@ async def _execute(
         settled[0] if settled and not lost and not note else "",
         decider.looks if decider is not None else None,
         decider.looked if decider is not None else 0,
+        decider.start_ns if decider is not None and decider.auto_warmup else None,
     )
 
 

@@ -499,7 +499,8 @@ def sequential(p: Prepared) -> Sequential | None:
         raise BadInput("--duration", "auto", "a fixed duration with --workers or --ray")
     assert p.horizon_ns is not None
     looks = plan_looks(float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9, p.opts.confidence)
-    return Sequential(p.slos, (p.warmup_ns, p.horizon_ns), looks)
+    window = (p.warmup_ns, p.horizon_ns)
+    return Sequential(p.slos, window, looks, auto_warmup=p.opts.warmup == "auto")
 
 
 def loss_watch(p: Prepared) -> LossWatch | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailwise.metrics.slo import SLO
+from tailwise.metrics.steady import auto_start_ns
 from tailwise.metrics.uncertainty import decide_within
 from tailwise.records import ABSENT, RecordBlock
 
@@ -165,9 +166,21 @@ class Sequential:
     and, unless already overdue, as a hit for the fail test: each side is decided only
     when it holds whatever the outstanding requests do."""
 
-    def __init__(self, slos: list[SLO], window_ns: tuple[int, int], looks: Looks) -> None:
+    def __init__(
+        self,
+        slos: list[SLO],
+        window_ns: tuple[int, int],
+        looks: Looks,
+        *,
+        auto_warmup: bool = False,
+    ) -> None:
         self.window_ns = window_ns
         self.looks = looks
+        # --warmup auto: each look judges the window past MSER-5's transient, as the
+        # summary does (judged with it, a cold start delayed a clear pass past the cap);
+        # start_ns is where the latest look began, and a settled run's summary starts there.
+        self.auto_warmup = auto_warmup
+        self.start_ns = window_ns[0]
         self.shares = [
             _Share(s.spec, s.metric, int(s.threshold), t)
             for s in slos
@@ -192,6 +205,9 @@ class Sequential:
         while self.next < len(self.looks.sizes) and self.looks.sizes[self.next] <= n:
             self.next += 1
         self.looked += 1
+        if self.auto_warmup:
+            sched, done, first, err = self._past_transient(sched, done, first, err)
+            n = len(sched)
         outcomes = []
         for share in self.shares:
             end = first if share.metric == "ttft" else done
@@ -200,6 +216,18 @@ class Sequential:
                 return ""
             outcomes.append(f"{share.spec} {d}")
         return f"decided after {n} requests (look {self.looked}): " + ", ".join(outcomes)
+
+    def _past_transient(
+        self, sched: np.ndarray, done: np.ndarray, first: np.ndarray, err: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The look's rows from where the summary's ``--warmup auto`` would start the
+        window (MSER-5 on the answered rows; see :func:`auto_start_ns`)."""
+        answered = done != ABSENT
+        self.start_ns, _ = auto_start_ns(
+            sched[answered], (done - sched)[answered], (err == 0)[answered], self.window_ns
+        )
+        keep = sched >= self.start_ns
+        return sched[keep], done[keep], first[keep], err[keep]
 
 
 def _window_rows(
