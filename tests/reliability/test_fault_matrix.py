@@ -116,8 +116,13 @@ def test_every_request_accounted_and_the_truth_matched(
     assert check.causal and check.delay_honoured
     assert check.latency_p99_ms is not None and check.truth_p99_ms is not None
     assert check.latency_p99_ms == pytest.approx(check.truth_p99_ms, rel=0.05, abs=5.0)
-    if fault == "stall-timeout":  # the client gave up; the proxy saw it leave
-        assert check.outcomes["client_closed"] == {"timeout": s["requests"]["timed_out"]}
+    if fault == "stall-timeout":  # the client gave up; the proxy saw it leave ...
+        closed = check.outcomes["client_closed"]
+        # ... or let the answer go just as it left (the race EXPECTED_KINDS allows: 5 of
+        # 27 timeouts in one run on a busy machine)
+        raced = check.outcomes.get("ok", {}).get("timeout", 0)
+        timed_out = s["requests"]["timed_out"] + s["requests"]["warmup"]["timed_out"]
+        assert set(closed) == {"timeout"} and closed["timeout"] + raced == timed_out
     drawn = {f for row in truth for f in row["faults"]}
     assert INJECTED[fault] <= drawn
     if fault == "schedule":  # faults only inside the windows of proxy time
