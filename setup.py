@@ -13,6 +13,7 @@ setup(
         Extension(
             "tailwise.loadgen.sse_c",
             sources=["src/tailwise/loadgen/sse_c.c"],
+            depends=["src/tailwise/loadgen/rx_c.h"],  # the stream reader (Linux), included
             optional=True,  # no compiler: install without it
         ),
         Extension(

@@ -43,7 +43,7 @@ from typing import Any
 from tailwise.clock import now_ns
 from tailwise.errors import error_kind
 from tailwise.loadgen.http_conn import CONNECT, TIMEOUT, Conn
-from tailwise.loadgen.http_stream import AnswerConn, StreamConn
+from tailwise.loadgen.http_stream import AnswerConn, StreamConn, on_stream_reads, stream_reader
 from tailwise.loadgen.llm_stream import Timings
 from tailwise.loadgen.openai import TokenCounter
 from tailwise.loadgen.targets import Target
@@ -100,6 +100,7 @@ class Pool:
         self.timeout_ns = owner.timeout_ns
         self.next_scan_ns = 0  # run-relative: when sweep() next looks at every connection
         self.on_done: OnDone = _noop_done
+        self.rx: Any = None  # the transport's stream reader (start()), if one
         self.streaming = owner.streaming
         self.conn_class: type[Conn] = (
             StreamConn if owner.streaming else AnswerConn if owner.answers else Conn
@@ -324,6 +325,7 @@ class HttpTransport:
         self._rr = 0
         self._sweeper: asyncio.TimerHandle | None = None
         self._t0 = 0
+        self.rx: Any = None  # the stream reader, while started (streaming, where built)
         self.closing = False
         self.connect_failures: dict[str, int] = {}  # why connections failed, and how often
         self.samples = ErrorSamples()  # the first bodies of failed answers, per (kind, status)
@@ -353,14 +355,23 @@ class HttpTransport:
         return self._ssl
 
     async def start(self, on_done: OnDone) -> None:
+        if self.streaming and self.rx is None:
+            # Stream sockets are read in C, many per wake-up of the loop (see rx_c.h).
+            self.rx = stream_reader()
+            if self.rx is not None:
+                self.rx.set_origin(self._t0)
+                asyncio.get_running_loop().add_reader(self.rx.fileno(), on_stream_reads, self.rx)
         for p in self._pools:
             p.on_done = on_done
+            p.rx = self.rx
         await asyncio.gather(*(p.resolve() for p in self._pools))
         await asyncio.gather(*(p.preconnect(self._preconnect) for p in self._pools))
         self._sweeper = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep)
 
     def set_origin(self, t0_ns: int) -> None:
         self._t0 = t0_ns
+        if self.rx is not None:
+            self.rx.set_origin(t0_ns)
         for p in self._pools:
             p.t0 = t0_ns
             p.next_scan_ns = 0  # a new time base: what sweeps before it saw means nothing
@@ -398,3 +409,7 @@ class HttpTransport:
             self._sweeper.cancel()
         self.abort_all("cancelled")
         await asyncio.sleep(0)
+        if self.rx is not None:
+            asyncio.get_running_loop().remove_reader(self.rx.fileno())
+            self.rx.close()
+            self.rx = None

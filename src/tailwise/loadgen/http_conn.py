@@ -74,6 +74,7 @@ class ConnPool(Protocol):
 
     t0: int
     on_done: OnDone
+    rx: Any  # the stream reader (http_stream.StreamReader) of stream connections, or None
     idle: list[Conn]
     waiting: deque[tuple[RecordBlock, int]]
 
@@ -149,12 +150,14 @@ class Conn(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes, t: int | None = None) -> None:
+        """One read of the socket; ``t``: its run-relative arrival, when read elsewhere."""
         block = self.block
         if block is None:  # bytes nobody asked for: the connection can't be trusted
             self.transport.abort()
             return
-        t = now_ns() - self.pool.t0
+        if t is None:
+            t = now_ns() - self.pool.t0
         self.t_last = t
         if self.first:
             self.first = False

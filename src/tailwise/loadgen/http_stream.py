@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+from typing import Any
+
 from tailwise.clock import now_ns
 from tailwise.loadgen.http_conn import Conn, ConnPool
 from tailwise.loadgen.llm_stream import MALFORMED, Chunk, Timings, classify, classify_answer
 from tailwise.loadgen.sse import SSEParser
 from tailwise.loadgen.sse_fast import chunk as fast_chunk
+from tailwise.loadgen.sse_fast import compiled_module
 from tailwise.loadgen.sse_fast import content as fast_content
 from tailwise.loadgen.sse_fast import finish as fast_finish
 from tailwise.loadgen.sse_fast import usage as fast_usage
@@ -27,6 +32,36 @@ _NOT_A_STREAM = error_code("not_a_stream")
 # instead of growing without bound until the timeout.
 MAX_EVENT_BYTES = 4 << 20
 MAX_STREAM_CHUNKS = 1 << 18
+
+
+def stream_reader() -> Any:
+    """A compiled stream reader (``sse_c.Reader``, see rx_c.h), or None.
+
+    None where it is not built (not Linux, no compiler, ``TAILWISE_PURE_PYTHON``) or
+    ``TAILWISE_STREAM_READER=0`` turns it off (to compare): the loop's transport reads
+    every stream socket then, one Python call per read.
+    """
+    if os.environ.get("TAILWISE_STREAM_READER", "1") == "0":
+        return None
+    module = compiled_module("sse_c")
+    reader = getattr(module, "Reader", None)
+    return reader() if reader is not None else None
+
+
+def on_stream_reads(reader: Any) -> None:
+    """The loop's callback when the reader's sockets are ready: read them, hand back."""
+    backs = reader.poll()
+    if backs is None:
+        return
+    for conn, data, t, err, nbytes, t_last in backs:
+        try:
+            conn.rx_back(data, t, err, nbytes, t_last)
+        except Exception as exc:  # a bug; as the loop does for data_received: that
+            # connection closes (its request fails), the batch's others go on.
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "reading a stream failed", "exception": exc, "protocol": conn}
+            )
+            conn.transport.abort()
 
 
 def is_event_stream(head: bytes | None) -> bool:
@@ -95,6 +130,11 @@ class StreamConn(Conn):
         "reasoning_chunks",
         "reasoning_text",
         "reasoning_usage",
+        "rx",
+        "rx_exc",
+        "rx_fd",
+        "rx_first",
+        "rx_wait",
         "sse",
         "stream_err",
         "text",
@@ -105,9 +145,77 @@ class StreamConn(Conn):
     def __init__(self, pool: ConnPool) -> None:
         super().__init__(pool)
         self.read_whole = None  # the body is read: every answer goes through httptools
+        self.rx: Any = None  # the stream reader that reads this socket, if one does
+        self.rx_fd = -1
+        self.rx_wait: Any = None  # the reader to take the socket at the first request
+        self.rx_first = False  # armed with no chunk kept: the reader may book the first
+        self.rx_exc: OSError | None = None  # a read error the reader met (see rx_back)
         self.reset_stream()
 
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        rx = getattr(self.pool, "rx", None)
+        if rx is not None and transport.get_extra_info("sslcontext") is None:
+            # Not now: the loop starts reading right after connection_made (uvloop and
+            # asyncio alike), which would undo a pause_reading here. (TLS bytes are the
+            # TLS layer's to read: never taken.)
+            self.rx_wait = rx
+
+    def rx_take_over(self) -> None:
+        """From the first request on, the reader reads the socket, not the loop."""
+        rx, self.rx_wait = self.rx_wait, None
+        sock = self.transport.get_extra_info("socket")
+        if sock is None or self.closed:
+            return
+        fd = sock.fileno()
+        self.transport.pause_reading()
+        rx.add(fd, self)
+        self.rx, self.rx_fd = rx, fd
+
+    def rx_arm(self) -> None:
+        """Between chunks, mid-answer: let the reader book whole plain content chunks."""
+        chunks = self.chunks
+        self.rx_first = not chunks
+        self.rx.arm(self.rx_fd, chunks, self.text if self.keep_text else None, MAX_STREAM_CHUNKS)
+
+    def rx_booked(self, nbytes: int, t_last: int) -> None:
+        """What the reader booked since it last handed back, counted as if read here."""
+        self.nbytes += nbytes
+        self.t_last = t_last
+        if self.rx_first and self.chunks:  # the first token was one of them
+            self.rx_first = False
+            if self.block is not None:
+                self.block.first_token_ns[self.j] = self.chunks[0]
+
+    def rx_let_go(self) -> None:
+        """The reader stops reading this socket; what it booked counts as read here."""
+        nbytes, t_last = self.rx.remove(self.rx_fd)
+        self.rx, self.rx_fd = None, -1
+        if nbytes:
+            self.rx_booked(nbytes, t_last)
+
+    def rx_back(self, data: bytes | None, t: int, err: int, nbytes: int, t_last: int) -> None:
+        """A read the reader handed back (see rx_c.h): the answer goes on from it here."""
+        if nbytes:
+            self.rx_booked(nbytes, t_last)
+        if self.closed:
+            return
+        if data is not None:
+            self.data_received(data, t)
+            return
+        # The connection's end: no longer the reader's. The loop's transport reads what
+        # is left (the same bytes and the same end as without the reader), or, where the
+        # reader's read met the error, the transport closes with it.
+        self.rx, self.rx_fd = None, -1
+        if err:
+            self.rx_exc = OSError(err, os.strerror(err))  # ECONNRESET: ConnectionResetError
+            self.transport.abort()
+        else:
+            self.transport.resume_reading()
+
     def reset_stream(self) -> None:
+        if self.rx_wait is not None:  # the connection's first request (see connection_made)
+            self.rx_take_over()
         self.sse = SSEParser()
         self.chunks: list[int] = []
         # Events that were an answer's part (not [DONE], not an error); read only as "any",
@@ -128,12 +236,14 @@ class StreamConn(Conn):
         self.lead = b""  # the body's start until its first event: a sample if it is none
         self.at_chunk = False  # between HTTP chunks and SSE events, mid-answer (see class)
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes, t: int | None = None) -> None:
         if self.at_chunk:
             text = fast_chunk(data)
             if text is not None:  # one whole chunk, one plain delta: no parser needed
                 # (events counts on: at_chunk means one was read, and only "any" matters)
-                self.t_last = t = now_ns() - self.pool.t0
+                if t is None:
+                    t = now_ns() - self.pool.t0
+                self.t_last = t
                 self.nbytes += len(data)
                 if text:
                     chunks = self.chunks
@@ -145,12 +255,18 @@ class StreamConn(Conn):
                     if len(chunks) > MAX_STREAM_CHUNKS:
                         self.fail(_TOO_LARGE)
                         self.transport.abort()
+                        return
+                if self.rx is not None:
+                    self.rx_arm()
                 return
             self.at_chunk = False
-        super().data_received(data)
+        super().data_received(data, t)
         # A read that stopped inside the next chunk's size line is not between chunks.
-        if self.at_chunk and data[-2:] != b"\r\n":
-            self.at_chunk = False
+        if self.at_chunk:
+            if data[-2:] != b"\r\n":
+                self.at_chunk = False
+            elif self.rx is not None and self.block is not None:
+                self.rx_arm()
 
     def on_chunk_header(self) -> None:
         self.at_chunk = False
@@ -315,9 +431,21 @@ class StreamConn(Conn):
 
     def fail(self, code: int) -> None:
         self.at_chunk = False
+        if self.rx is not None:
+            # The reader lets go first: nothing it reads may join the kept chunk times
+            # (a failed request's connection is closed next: it is not read again).
+            self.rx_let_go()
         if self.block is not None:
             self._keep(self.block, self.j)
         super().fail(code)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.rx_wait = None
+        if self.rx is not None:
+            self.rx_let_go()
+        if exc is None and self.rx_exc is not None:
+            exc = self.rx_exc  # the reader's read met it: as the transport would have
+        super().connection_lost(exc)
 
 
 class AnswerConn(Conn):

@@ -427,11 +427,9 @@ static PyObject *usage(PyObject *self, PyObject *arg) {
 /* chunk(data) -> str | None: ``data`` is exactly one whole HTTP chunk (hex size, CRLF,
  * that many bytes, CRLF; no extension, size > 0) whose bytes are one event content()
  * reads. The caller knows the parser stands between chunks (see http_stream). */
-static PyObject *chunk(PyObject *self, PyObject *arg) {
-    (void)self;
-    const unsigned char *b;
-    Py_ssize_t n, i = 0, size = 0;
-    if (bytes_of(arg, &b, &n, "chunk") != 0) return NULL;
+/* 0 when b[0:n] is one whole HTTP chunk whose event content() reads; *s then holds it. */
+static int chunk_event(const unsigned char *b, Py_ssize_t n, scan *s) {
+    Py_ssize_t i = 0, size = 0;
     for (; i < n && i < MAX_CHUNK_DIGITS; i++) {
         unsigned char c = b[i];
         int d = (c >= '0' && c <= '9') ? c - '0'
@@ -440,10 +438,32 @@ static PyObject *chunk(PyObject *self, PyObject *arg) {
         if (d < 0) break;
         size = size * 16 + d;
     }
-    if (i == 0 || size == 0 || n - i < 4 || b[i] != '\r' || b[i + 1] != '\n') Py_RETURN_NONE;
-    if (size != n - i - 4 || b[n - 2] != '\r' || b[n - 1] != '\n') Py_RETURN_NONE;
-    return event_content(b + i + 2, size);
+    if (i == 0 || size == 0 || n - i < 4 || b[i] != '\r' || b[i + 1] != '\n') return -1;
+    if (size != n - i - 4 || b[n - 2] != '\r' || b[n - 1] != '\n') return -1;
+    if (scan_event(b + i + 2, size, s) != 0 || !s->has_content || s->has_finish || s->has_usage)
+        return -1;
+    return 0;
 }
+
+static PyObject *chunk_text(const unsigned char *b, Py_ssize_t n) {
+    scan s;
+    if (chunk_event(b, n, &s) != 0) Py_RETURN_NONE;
+    PyObject *text = text_of(s.content, s.content_len);
+    if (text == NULL) Py_RETURN_NONE;
+    return text;
+}
+
+static PyObject *chunk(PyObject *self, PyObject *arg) {
+    (void)self;
+    const unsigned char *b;
+    Py_ssize_t n;
+    if (bytes_of(arg, &b, &n, "chunk") != 0) return NULL;
+    return chunk_text(b, n);
+}
+
+#ifdef __linux__
+#include "rx_c.h"
+#endif
 
 static PyMethodDef methods[] = {
     {"content", content, METH_O,
@@ -462,4 +482,13 @@ static struct PyModuleDef module = {
     "Compiled fast path of tailwise.loadgen.sse_fast.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit_sse_c(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_sse_c(void) {
+    PyObject *m = PyModule_Create(&module);
+#ifdef __linux__
+    if (m != NULL && add_reader_type(m) != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
+    return m;
+}
