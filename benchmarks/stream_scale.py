@@ -136,7 +136,12 @@ CLIENT_PATH: str | None = None  # --client-path: another tailwise source tree as
 
 
 def tailwise_trial(
-    streams: int, seconds: float, work: Path, pure: bool = False, workers: str | None = None
+    streams: int,
+    seconds: float,
+    work: Path,
+    pure: bool = False,
+    workers: str | None = None,
+    reader: bool = True,
 ) -> dict[str, Any]:
     tag = f"{streams}{'-py' if pure else ''}{'-w' if workers else ''}-{next(TRIALS)}"
     truth = work / f"truth-{tag}.jsonl"
@@ -146,6 +151,8 @@ def tailwise_trial(
     env = dict(os.environ)
     if pure:
         env["TAILWISE_PURE_PYTHON"] = "1"
+    if not reader:  # the compiled path with the loop's own reads (see docs/llm.md)
+        env["TAILWISE_STREAM_READER"] = "0"
     if CLIENT_PATH:
         env["PYTHONPATH"] = os.pathsep.join([CLIENT_PATH, env.get("PYTHONPATH", "")])
     cmd = [
@@ -182,6 +189,7 @@ def tailwise_trial(
         "tool": "tailwise"
         + (f" ({CLIENT_PATH})" if CLIENT_PATH else "")
         + (" (pure Python)" if pure else "")
+        + ("" if reader or pure else " (no stream reader)")
         + (f" --workers {workers}" if workers else ""),
         "streams": streams,
         "rate_rps": round(rate, 1),
@@ -438,6 +446,9 @@ def main() -> None:
     ap.add_argument("--streams", default="100,500,1000,2000")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--python", action="store_true", help="also the pure-Python path")
+    ap.add_argument(
+        "--no-reader", action="store_true", help="also compiled without the stream reader"
+    )
     ap.add_argument("--workers", default=None, help="also with --workers (e.g. auto)")
     ap.add_argument(
         "--peers", default="100,200,500", help='stream counts for GuideLLM and AIPerf ("": none)'
@@ -465,6 +476,8 @@ def main() -> None:
         for n in (int(x) for x in a.streams.split(",")):
             for _ in range(a.repeat):
                 emit(tailwise_trial(n, a.seconds, work))
+                if a.no_reader:
+                    emit(tailwise_trial(n, a.seconds, work, reader=False))
                 if a.python:
                     emit(tailwise_trial(n, a.seconds, work, pure=True))
                 if a.workers:
