@@ -154,7 +154,7 @@ def test_a_full_chunk_list_goes_to_python_which_fails_the_answer(
     assert back[1] == plain("b") and len(chunks) == 3
 
 
-def test_a_close_is_handed_back_unread_and_the_socket_leaves_the_set(
+def test_a_close_comes_back_after_the_data_before_it_and_the_socket_leaves_the_set(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
     client, server = pair
@@ -162,9 +162,11 @@ def test_a_close_is_handed_back_unread_and_the_socket_leaves_the_set(
     reader.add(client.fileno(), conn)
     server.sendall(b"tail bytes")
     server.close()
-    (back,) = poll_until(reader)
-    assert back[0] is conn and back[1] is None and back[3] == 0
-    assert client.recv(100) == b"tail bytes"  # left for the loop's transport to read
+    time.sleep(0.01)
+    data, end = poll_until(reader, want=2)
+    assert data[0] is conn and data[1] == b"tail bytes" and data[3] == 0
+    assert end[0] is conn and end[1] is None and end[3] == 0
+    assert client.recv(100) == b""  # the end, left for the loop's transport to meet
     assert reader.remove(client.fileno()) == (0, 0)
 
 
@@ -272,6 +274,9 @@ REQUEST = (
 )
 
 
+CLOSE = b"<close>"  # a piece that closes the connection (FIN) right after the one before
+
+
 async def _serve(pieces: list[list[bytes]], gap_s: float) -> tuple[asyncio.Server, str]:
     """A server answering its i-th request (one per connection) with ``pieces[i]``, one
     write per piece, ``gap_s`` apart (so that each piece is usually one read)."""
@@ -283,6 +288,8 @@ async def _serve(pieces: list[list[bytes]], gap_s: float) -> tuple[asyncio.Serve
                 await r.readuntil(b"\r\n\r\n")
                 await r.readexactly(2)
                 for piece in next(answers):
+                    if piece == CLOSE:
+                        return
                     w.write(piece)
                     await w.drain()
                     await asyncio.sleep(gap_s)
@@ -310,6 +317,8 @@ async def _answers(pieces: list[list[bytes]], gap_s: float, timeout_s: float = 5
     rows = len(pieces)
     block = RecordBlock(0, rows)
     done: list[int] = []
+    texts: list[tuple[int, str]] = []
+    transport.on_answer = lambda seq, text: texts.append((seq, text))  # keeps the text
     try:
         await transport.start(lambda b, j: done.append(j))
         t0 = time.monotonic_ns()
@@ -329,7 +338,7 @@ async def _answers(pieces: list[list[bytes]], gap_s: float, timeout_s: float = 5
     finally:
         await transport.close()
         server.close()
-    return block, reader_on, end_ns
+    return block, reader_on, end_ns, sorted(texts)
 
 
 def records(block: RecordBlock) -> dict[str, Any]:
@@ -376,7 +385,7 @@ def both_ways(
     """The blocks with the reader and without it, on each event loop (all of them must
     agree: the reader's block is the first, the loop's own reading the second); every
     run's instants are checked."""
-    blocks = []
+    blocks, seen = [], []
     booked = http_stream.StreamConn.rx_booked
 
     def counted(conn: Any, nbytes: int, t_last: int) -> None:
@@ -386,11 +395,12 @@ def both_ways(
     monkeypatch.setattr(http_stream.StreamConn, "rx_booked", counted)
     for setting, loop in itertools.product(("1", "0"), LOOPS):
         monkeypatch.setenv("TAILWISE_STREAM_READER", setting)
-        block, reader_on, end_ns = on_loop(loop, _answers(pieces, gap_s))
+        block, reader_on, end_ns, texts = on_loop(loop, _answers(pieces, gap_s))
         assert reader_on == (setting == "1")
         instants_hold(block, end_ns)
         blocks.append(block)
-    assert all(records(b) == records(blocks[0]) for b in blocks)
+        seen.append((records(block), texts))  # the answers' texts: kept by the reader too
+    assert all(r == seen[0] for r in seen)
     return blocks[0], blocks[-1]
 
 
@@ -484,7 +494,7 @@ def test_a_stream_cut_by_a_reset_fails_the_same_way_with_the_reader(
         block, settled = on_loop(loop, cut_run())
         assert settled == 1
         results.add((ERROR_KINDS[block.error[0]], len(block.chunk_times.get(0, []))))
-    (kind, chunks), = results  # one outcome on every path
+    ((kind, chunks),) = results  # one outcome on every path
     assert kind == "reset" and chunks >= 2
 
 
@@ -544,3 +554,69 @@ def test_no_reader_where_it_is_turned_off_or_the_pure_path_is_asked_for(
     monkeypatch.delenv("TAILWISE_STREAM_READER")
     monkeypatch.setenv("TAILWISE_PURE_PYTHON", "1")
     assert http_stream.stream_reader() is None
+
+
+def close_delimited(sse: bytes) -> list[bytes]:
+    """``sse`` as an answer whose body ends at the close (no length, not chunked)."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    events = [sse[a:b] for a, b in itertools.pairwise(itertools.accumulate(
+        events_as_chunks(sse), initial=0))]  # fmt: skip
+    return [head, *events, CLOSE]
+
+
+def test_answers_that_end_with_the_close_give_the_same_records_with_the_reader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The last event and the FIN arrive together: the reader reads (and times) the event
+    before it hands the end to the loop's transport."""
+    sse = (SSE_FILES[0].parent / "vllm_chat.sse").read_bytes()
+    by_chunk = by_http_chunk(http_answer(sse, events_as_chunks(sse)))
+    answers = [close_delimited(sse), [*by_chunk, CLOSE], [*by_chunk[:-1], CLOSE]]
+    with_reader, _ = both_ways(answers, 0.001, monkeypatch)
+    kinds = [ERROR_KINDS[e] for e in with_reader.error]
+    assert kinds == ["", "", "reset"]  # a chunked body cut by the close: as without the reader
+
+
+def test_data_that_comes_with_the_close_is_read_and_timed_before_the_end(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    client, server = pair
+    reader, conn, chunks = Reader(), Conn(), [1]
+    reader.add(client.fileno(), conn)
+    reader.arm(client.fileno(), chunks, None, 100)
+    server.sendall(plain("a"))
+    assert settle(reader) == [] and len(chunks) == 2
+    server.sendall(plain("b"))
+    server.shutdown(socket.SHUT_WR)
+    time.sleep(0.01)  # the chunk and the FIN are both queued before the poll
+    (end,) = poll_until(reader)
+    assert end[1] is None and end[3] == 0 and end[4] == 2 * len(plain("a"))
+    assert len(chunks) == 3  # booked here, not left for the loop to read (and time) later
+    assert reader.remove(client.fileno()) == (0, 0)
+
+
+def test_one_hand_back_per_socket_per_poll_and_the_end_after_the_data(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    client, server = pair
+    reader, conn = Reader(), Conn()
+    reader.add(client.fileno(), conn)
+    body = bytes(range(256)) * 1024  # 256 KiB: several reads' worth, then the FIN
+    server.sendall(body[:100_000])
+    time.sleep(0.01)
+    got, polls = bytearray(), 0
+    server.sendall(body[100_000:])
+    server.shutdown(socket.SHUT_WR)
+    ended = False
+    deadline = time.monotonic() + 5
+    while not ended and time.monotonic() < deadline:
+        backs = reader.poll() or []
+        polls += 1
+        assert len(backs) <= 1  # one socket: at most one hand-back per poll
+        for back in backs:
+            if back[1] is None:
+                ended = True
+            else:
+                assert not ended
+                got += back[1]
+    assert ended and bytes(got) == body

@@ -57,10 +57,12 @@ def on_stream_reads(reader: Any) -> None:
         try:
             conn.rx_back(data, t, err, nbytes, t_last)
         except Exception as exc:  # a bug; as the loop does for data_received: that
-            # connection closes (its request fails), the batch's others go on.
+            # connection closes with the exception (its request fails, not as an orderly
+            # close), the batch's others go on (one hand-back per connection per batch).
             asyncio.get_running_loop().call_exception_handler(
                 {"message": "reading a stream failed", "exception": exc, "protocol": conn}
             )
+            conn.rx_exc = exc
             conn.transport.abort()
 
 
@@ -149,7 +151,8 @@ class StreamConn(Conn):
         self.rx_fd = -1
         self.rx_wait: Any = None  # the reader to take the socket at the first request
         self.rx_first = False  # armed with no chunk kept: the reader may book the first
-        self.rx_exc: OSError | None = None  # a read error the reader met (see rx_back)
+        # A read error the reader met, or an exception reading its hand-back (see rx_back)
+        self.rx_exc: Exception | None = None
         self.reset_stream()
 
     def connection_made(self, transport: Any) -> None:
@@ -168,8 +171,11 @@ class StreamConn(Conn):
         if sock is None or self.closed:
             return
         fd = sock.fileno()
+        try:
+            rx.add(fd, self)
+        except (OSError, ValueError):  # no room in the set: the loop reads it, as before
+            return
         self.transport.pause_reading()
-        rx.add(fd, self)
         self.rx, self.rx_fd = rx, fd
 
     def rx_arm(self) -> None:

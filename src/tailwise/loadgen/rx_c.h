@@ -15,12 +15,13 @@
  * answer's list of chunk times (its text to the text list where text is kept), its
  * bytes and time accumulated. Any other read is handed back to Python as it came, with
  * its time, and the connection is disarmed: (conn, data, t_ns, 0, nbytes, t_last), the
- * last two what was booked since the last hand-back. A hang-up or socket error that
- * epoll reports is handed back unread, the socket leaving the set: (conn, None, t_ns,
- * 0, ...), and the loop's transport reads what is left, as it would have. A read that
- * fails is handed back with its errno: (conn, None, t_ns, errno, ...). poll() returns
- * the hand-backs after the whole batch is read: no Python code runs while the batch's
- * events are in hand.
+ * last two what was booked since the last hand-back; at most one such read per socket
+ * per poll. When the peer has closed, what came before the close is read here all the
+ * same, then the end is handed back, the socket leaving the set: (conn, None, t_ns, 0,
+ * ...), and the loop's transport meets the end itself. A read that fails is handed back
+ * with its errno: (conn, None, t_ns, errno, ...); a socket error epoll flags is handed
+ * back unread, for the transport to meet. poll() returns the hand-backs after the whole
+ * batch is read: no Python code runs while the batch's events are in hand.
  *
  * The set is edge-triggered: a socket is reported once per arrival, not again on every
  * poll until read, which spares the kernel a second look at each socket per chunk. A
@@ -260,49 +261,61 @@ static int rx_hand_back(PyObject **out, rx_slot *s, PyObject *data, long long t,
     return rc;
 }
 
-/* The socket's end (hang-up, error, EOF): out of the set, handed back unread. */
-static int rx_end(Reader *r, int fd, rx_slot *s, PyObject **out, long long t, int err) {
-    rx_disarm(s);
-    epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
-    int rc = rx_hand_back(out, s, Py_None, t, err);
-    Py_CLEAR(s->conn);
-    return rc;
+static void rx_rearm(Reader *r, int fd) {
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    ev.data.fd = fd;
+    epoll_ctl(r->epfd, EPOLL_CTL_MOD, fd, &ev); /* still ready: epoll reports it again */
 }
 
-/* Reads a ready socket (edge-triggered) until a short read says its queue is empty, at
- * most RX_READS_PER_POLL times; past that, re-arms it so that epoll reports it again. */
-static int rx_read_ready(Reader *r, int fd, rx_slot *s, PyObject **out) {
+/* The socket's end (EOF, an error, or an error epoll flagged, unread): handed back, the
+ * socket out of the set. -1 (the slot as it was) when the hand-back cannot be built. */
+static int rx_end(Reader *r, int fd, rx_slot *s, PyObject **out, long long t, int err) {
+    if (rx_hand_back(out, s, Py_None, t, err) != 0) return -1;
+    rx_disarm(s);
+    epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
+    Py_CLEAR(s->conn);
+    return 0;
+}
+
+/* Reads a ready socket (edge-triggered). At most one read per socket per poll goes back
+ * to Python, whose state moves on it: a second waits for the next poll (the socket is
+ * re-armed, so epoll reports it again). Otherwise it reads until a short read (TCP: the
+ * queue is then empty) or, once the peer has closed (``ending``), to the end, so that
+ * the data that came with the close is read and timed here as it would have been. */
+static int rx_read_ready(Reader *r, int fd, rx_slot *s, PyObject **out, int ending) {
     for (int reads = 0; reads < RX_READS_PER_POLL; reads++) {
         ssize_t got = read(fd, r->buf, RX_READ_BYTES);
         long long t = rx_now_ns() - r->t0;
         if (got < 0) {
             if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return ending ? rx_end(r, fd, s, out, t, 0) : 0;
             return rx_end(r, fd, s, out, t, errno);
         }
-        if (got == 0) return rx_end(r, fd, s, out, t, 0); /* EOF before epoll said so */
+        if (got == 0) return rx_end(r, fd, s, out, t, 0); /* the end of the stream */
         int booked = 0;
         if (s->chunks != NULL && (booked = rx_book(s, r->buf, got, t)) < 0) return -1;
         if (!booked) {
-            rx_disarm(s);
             PyObject *data = PyBytes_FromStringAndSize((const char *)r->buf, got);
             if (data == NULL) return -1;
             int rc = rx_hand_back(out, s, data, t, 0);
             Py_DECREF(data);
             if (rc != 0) return -1;
+            rx_disarm(s);
+            if (ending || got == RX_READ_BYTES) rx_rearm(r, fd);
+            return 0;
         }
-        if (got < RX_READ_BYTES) return 0; /* TCP: a short read emptied the queue */
+        if (got < RX_READ_BYTES && !ending) return 0;
     }
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
-    ev.data.fd = fd;
-    epoll_ctl(r->epfd, EPOLL_CTL_MOD, fd, &ev); /* more to read: a new edge now */
+    rx_rearm(r, fd);
     return 0;
 }
 
 /* poll() -> list[(conn, bytes | None, t_ns, errno, nbytes, t_last)] | None: every ready
- * socket read (see rx_read_ready). */
+ * socket read (see rx_read_ready). Out of memory while reading one socket, that
+ * connection ends with ENOMEM and the others go on. */
 static PyObject *Reader_poll(Reader *r, PyObject *unused) {
     (void)unused;
     struct epoll_event events[RX_EVENTS];
@@ -317,16 +330,21 @@ static PyObject *Reader_poll(Reader *r, PyObject *unused) {
         int fd = events[i].data.fd;
         if (fd < 0 || fd >= r->nslots || r->slots[fd].conn == NULL) continue;
         rx_slot *s = &r->slots[fd];
+        uint32_t flags = events[i].events;
         int rc;
-        if (events[i].events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP))
-            /* The end of the connection: the loop's transport reads the rest. */
+        if (flags & EPOLLERR) /* unread: the loop's transport meets the error */
             rc = rx_end(r, fd, s, &out, rx_now_ns() - r->t0, 0);
         else
-            rc = rx_read_ready(r, fd, s, &out);
-        if (rc != 0) {
-            Py_XDECREF(out);
-            return NULL;
-        }
+            rc = rx_read_ready(r, fd, s, &out, (flags & (EPOLLHUP | EPOLLRDHUP)) != 0);
+        if (rc == 0) continue;
+        PyErr_Clear();
+        if (r->slots[fd].conn == NULL || rx_end(r, fd, s, &out, rx_now_ns() - r->t0, ENOMEM) == 0)
+            continue;
+        /* Not even that: what was read goes back, the rest waits for the next poll. */
+        PyErr_Clear();
+        for (int k = i; k < n; k++) rx_rearm(r, events[k].data.fd);
+        if (out == NULL) return PyErr_NoMemory();
+        return out;
     }
     if (out == NULL) Py_RETURN_NONE;
     return out;
