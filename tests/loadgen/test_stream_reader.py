@@ -80,6 +80,14 @@ class Conn:
     """Stands for the connection the reader hands back to."""
 
 
+def taken(pair: tuple[socket.socket, socket.socket]) -> tuple[Any, Any, Any, Conn]:
+    """(client, server, reader, conn): the client's socket read by a new reader for conn."""
+    client, server = pair
+    reader, conn = Reader(), Conn()
+    reader.add(client.fileno(), conn)
+    return client, server, reader, conn
+
+
 def test_plain_chunks_are_booked_with_their_times_and_nothing_is_handed_back(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
@@ -107,9 +115,8 @@ def test_plain_chunks_are_booked_with_their_times_and_nothing_is_handed_back(
 def test_any_other_read_is_handed_back_as_it_came_and_disarms(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
-    client, server = pair
-    reader, conn, chunks = Reader(), Conn(), [1]
-    reader.add(client.fileno(), conn)
+    client, server, reader, conn = taken(pair)
+    chunks = [1]
     reader.arm(client.fileno(), chunks, None, 100)
     server.sendall(plain("a"))
     assert settle(reader) == []
@@ -127,9 +134,8 @@ def test_any_other_read_is_handed_back_as_it_came_and_disarms(
 def test_two_chunks_in_one_read_and_a_chunk_cut_in_two_go_to_python(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
-    client, server = pair
-    reader, conn, chunks = Reader(), Conn(), [1]
-    reader.add(client.fileno(), conn)
+    client, server, reader, _conn = taken(pair)
+    chunks = [1]
     reader.arm(client.fileno(), chunks, None, 100)
     server.sendall(plain("a") + plain("b"))
     (back,) = poll_until(reader)
@@ -143,9 +149,8 @@ def test_two_chunks_in_one_read_and_a_chunk_cut_in_two_go_to_python(
 def test_a_full_chunk_list_goes_to_python_which_fails_the_answer(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
-    client, server = pair
-    reader, conn, chunks = Reader(), Conn(), [1, 2]
-    reader.add(client.fileno(), conn)
+    client, server, reader, _conn = taken(pair)
+    chunks = [1, 2]
     reader.arm(client.fileno(), chunks, None, 3)
     server.sendall(plain("a"))
     assert settle(reader) == [] and len(chunks) == 3
@@ -157,9 +162,7 @@ def test_a_full_chunk_list_goes_to_python_which_fails_the_answer(
 def test_a_close_comes_back_after_the_data_before_it_and_the_socket_leaves_the_set(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
-    client, server = pair
-    reader, conn = Reader(), Conn()
-    reader.add(client.fileno(), conn)
+    client, server, reader, conn = taken(pair)
     server.sendall(b"tail bytes")
     server.close()
     time.sleep(0.01)
@@ -173,9 +176,7 @@ def test_a_close_comes_back_after_the_data_before_it_and_the_socket_leaves_the_s
 def test_a_reset_is_handed_back_unread_for_the_transport_to_meet(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
-    client, server = pair
-    reader, conn = Reader(), Conn()
-    reader.add(client.fileno(), conn)
+    client, server, reader, _conn = taken(pair)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     server.close()  # RST
     (back,) = poll_until(reader)
@@ -222,9 +223,7 @@ def test_more_ready_sockets_than_one_poll_takes_are_all_read() -> None:
 def test_a_large_answer_comes_back_whole_and_in_order(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
-    client, server = pair
-    reader, conn = Reader(), Conn()
-    reader.add(client.fileno(), conn)
+    _client, server, reader, _conn = taken(pair)
     body = bytes(range(256)) * 4096  # 1 MiB: more than one poll reads of one socket
     server.setblocking(False)
     got = bytearray()
@@ -452,46 +451,60 @@ def test_random_cuts_give_the_same_records_with_the_reader(data: st.DataObject) 
     assert records(with_reader) == records(without), path.name
 
 
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]]
+
+
+async def read_request(r: asyncio.StreamReader) -> None:
+    await r.readuntil(b"\r\n\r\n")
+    await r.readexactly(2)  # REQUEST's body
+
+
+async def one_request(
+    handle: Handler, timeout_ns: int, linger_s: float = 0.0
+) -> tuple[RecordBlock, int, list[int]]:
+    """One streamed request to a server that answers with ``handle``: its block, how many
+    times it settled, and its chunk times as they stood when it settled (the transport
+    closes ``linger_s`` later)."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    transport = HttpTransport(
+        [parse_url(url)], [[REQUEST]], timeout_ns=timeout_ns,
+        connect_timeout_ns=10**9, streaming=True, preconnect=0,
+    )  # fmt: skip
+    block, done = RecordBlock(0, 1), []
+    await transport.start(lambda b, j: done.append(j))
+    transport.set_origin(time.monotonic_ns())
+    transport.send(block, 0)
+    deadline = time.monotonic() + timeout_ns / 1e9 + 5
+    while not done and time.monotonic() < deadline:
+        await asyncio.sleep(0.002)
+    kept = list(block.chunk_times.get(0, []))
+    await asyncio.sleep(linger_s)
+    await transport.close()
+    server.close()
+    return block, len(done), kept
+
+
 def test_a_stream_cut_by_a_reset_fails_the_same_way_with_the_reader(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sse = (SSE_FILES[0].parent / "vllm_chat.sse").read_bytes()
     pieces = by_http_chunk(http_answer(sse, events_as_chunks(sse)))
 
-    async def cut_run() -> tuple[RecordBlock, int]:
-        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            await r.readuntil(b"\r\n\r\n")
-            await r.readexactly(2)
-            for piece in pieces[:6]:
-                w.write(piece)
-                await w.drain()
-                await asyncio.sleep(0.002)
-            sock = w.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            w.transport.abort()  # RST mid-stream
-
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
-        transport = HttpTransport(
-            [parse_url(url)], [[REQUEST]], timeout_ns=5 * 10**9,
-            connect_timeout_ns=10**9, streaming=True, preconnect=0,
-        )  # fmt: skip
-        block, done = RecordBlock(0, 1), []
-        await transport.start(lambda b, j: done.append(j))
-        transport.set_origin(time.monotonic_ns())
-        transport.send(block, 0)
-        for _ in range(2500):
-            if done:
-                break
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        for piece in pieces[:6]:
+            w.write(piece)
+            await w.drain()
             await asyncio.sleep(0.002)
-        await transport.close()
-        server.close()
-        return block, len(done)
+        sock = w.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        w.transport.abort()  # RST mid-stream
 
     results = set()
     for setting, loop in itertools.product(("1", "0"), LOOPS):
         monkeypatch.setenv("TAILWISE_STREAM_READER", setting)
-        block, settled = on_loop(loop, cut_run())
+        block, settled, _ = on_loop(loop, one_request(handle, 5 * 10**9))
         assert settled == 1
         results.add((ERROR_KINDS[block.error[0]], len(block.chunk_times.get(0, []))))
     ((kind, chunks),) = results  # one outcome on every path
@@ -508,40 +521,19 @@ def test_a_stalled_stream_times_out_and_its_chunk_times_stay_as_kept(
     chunks = by_http_chunk(http_answer(sse, events_as_chunks(sse)))
     stall = [*chunks[:5], b"", *chunks[5:]]  # the empty piece: the server sleeps 0.6 s there
 
-    async def run() -> tuple[RecordBlock, list[int]]:
-        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            await r.readuntil(b"\r\n\r\n")
-            await r.readexactly(2)
-            try:
-                for piece in stall:
-                    w.write(piece)
-                    await w.drain()
-                    await asyncio.sleep(0.6 if not piece else 0.002)
-            except ConnectionError:
-                pass
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        try:
+            for piece in stall:
+                w.write(piece)
+                await w.drain()
+                await asyncio.sleep(0.6 if not piece else 0.002)
+        except ConnectionError:
+            pass
 
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
-        transport = HttpTransport(
-            [parse_url(url)], [[REQUEST]], timeout_ns=300 * 10**6,
-            connect_timeout_ns=10**9, streaming=True, preconnect=0,
-        )  # fmt: skip
-        block, done = RecordBlock(0, 1), []
-        await transport.start(lambda b, j: done.append(j))
-        transport.set_origin(time.monotonic_ns())
-        transport.send(block, 0)
-        for _ in range(1000):
-            if done:
-                break
-            await asyncio.sleep(0.002)
-        kept = list(block.chunk_times.get(0, []))
-        await asyncio.sleep(0.5)  # the rest of the stream would have come by now
-        await transport.close()
-        server.close()
-        return block, kept
-
-    block, kept = on_loop(loop, run())
-    assert ERROR_KINDS[block.error[0]] == "timeout"
+    # 0.5 s after the timeout, the rest of the stream would have come by now.
+    block, settled, kept = on_loop(loop, one_request(handle, 300 * 10**6, linger_s=0.5))
+    assert settled == 1 and ERROR_KINDS[block.error[0]] == "timeout"
     assert len(kept) >= 2 and block.chunk_times[0] == kept
 
 
@@ -580,9 +572,8 @@ def test_answers_that_end_with_the_close_give_the_same_records_with_the_reader(
 def test_data_that_comes_with_the_close_is_read_and_timed_before_the_end(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
-    client, server = pair
-    reader, conn, chunks = Reader(), Conn(), [1]
-    reader.add(client.fileno(), conn)
+    client, server, reader, _conn = taken(pair)
+    chunks = [1]
     reader.arm(client.fileno(), chunks, None, 100)
     server.sendall(plain("a"))
     assert settle(reader) == [] and len(chunks) == 2
@@ -598,9 +589,7 @@ def test_data_that_comes_with_the_close_is_read_and_timed_before_the_end(
 def test_one_hand_back_per_socket_per_poll_and_the_end_after_the_data(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
-    client, server = pair
-    reader, conn = Reader(), Conn()
-    reader.add(client.fileno(), conn)
+    _client, server, reader, _conn = taken(pair)
     body = bytes(range(256)) * 1024  # 256 KiB: several reads' worth, then the FIN
     server.sendall(body[:100_000])
     time.sleep(0.01)
