@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import itertools
 import socket
 import struct
+import termios
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -66,14 +68,22 @@ def poll_until(reader: Any, want: int = 1, timeout_s: float = 5.0) -> list[Any]:
     return out
 
 
-def settle(reader: Any, seconds: float = 0.05) -> list[Any]:
-    """Everything the reader hands back within ``seconds``."""
+def queued(sock: socket.socket, request: int) -> int:
+    return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), request, b"\0" * 4))[0])
+
+
+def drained(reader: Any, client: socket.socket, server: socket.socket) -> list[Any]:
+    """Polls until all the server sent was read off the client's socket (the server has
+    it acknowledged, none is left to read): the hand-backs meanwhile. No sleep decides it,
+    so a busy machine only makes it slower."""
     out: list[Any] = []
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
         out += reader.poll() or []
-        time.sleep(0.002)
-    return out
+        if queued(server, termios.TIOCOUTQ) == 0 and queued(client, termios.FIONREAD) == 0:
+            return out
+        time.sleep(0.001)
+    raise AssertionError("the reader did not read what the server sent")
 
 
 class Conn:
@@ -102,7 +112,7 @@ def test_plain_chunks_are_booked_with_their_times_and_nothing_is_handed_back(
         before = time.monotonic_ns() - t0
         server.sendall(plain(word))
         sent += len(plain(word))
-        assert settle(reader) == []
+        assert drained(reader, client, server) == []
         after = time.monotonic_ns() - t0
         if word:
             assert before <= chunks[-1] <= after
@@ -119,7 +129,7 @@ def test_any_other_read_is_handed_back_as_it_came_and_disarms(
     chunks = [1]
     reader.arm(client.fileno(), chunks, None, 100)
     server.sendall(plain("a"))
-    assert settle(reader) == []
+    assert drained(reader, client, server) == []
     finish = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
     odd = b"%x\r\n%s\r\n" % (len(finish), finish)
     server.sendall(odd)
@@ -153,7 +163,7 @@ def test_a_full_chunk_list_goes_to_python_which_fails_the_answer(
     chunks = [1, 2]
     reader.arm(client.fileno(), chunks, None, 3)
     server.sendall(plain("a"))
-    assert settle(reader) == [] and len(chunks) == 3
+    assert drained(reader, client, server) == [] and len(chunks) == 3
     server.sendall(plain("b"))
     (back,) = poll_until(reader)
     assert back[1] == plain("b") and len(chunks) == 3
@@ -576,7 +586,7 @@ def test_data_that_comes_with_the_close_is_read_and_timed_before_the_end(
     chunks = [1]
     reader.arm(client.fileno(), chunks, None, 100)
     server.sendall(plain("a"))
-    assert settle(reader) == [] and len(chunks) == 2
+    assert drained(reader, client, server) == [] and len(chunks) == 2
     server.sendall(plain("b"))
     server.shutdown(socket.SHUT_WR)
     time.sleep(0.01)  # the chunk and the FIN are both queued before the poll
