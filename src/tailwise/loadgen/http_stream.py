@@ -118,6 +118,15 @@ class StreamConn(Conn):
     event goes to :func:`classify` without the SSE parser; anything else, the SSE parser
     and :func:`classify`. The records are the same either way (a property test over
     random cuts).
+
+    Where the compiled stream reader runs (Linux: :func:`stream_reader`, rx_c.h), the
+    connection's socket is read by it from the first request on: it books the whole
+    plain content chunks that :func:`~tailwise.loadgen.sse_fast.chunk` would read while
+    the connection is *armed* (:meth:`rx_arm`: between chunks, mid-answer), and hands
+    every other read back, with its arrival time, to :meth:`rx_back`, which reads it here
+    as above. :meth:`rx_booked` counts what the reader booked (bytes, latest time, the
+    first token) before anything that reads those counts: the next hand-back, a failure,
+    the close. The records are the same with and without it (test_stream_reader).
     """
 
     __slots__ = (
