@@ -74,7 +74,7 @@ class ConnPool(Protocol):
 
     t0: int
     on_done: OnDone
-    rx: Any  # the stream reader (http_stream.StreamReader) of stream connections, or None
+    rx: Any  # the stream reader of stream connections (http_stream.stream_reader), or None
     idle: list[Conn]
     waiting: deque[tuple[RecordBlock, int]]
 

@@ -166,7 +166,7 @@ class StreamConn(Conn):
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
-        rx = getattr(self.pool, "rx", None)
+        rx = self.pool.rx
         if rx is not None and transport.get_extra_info("sslcontext") is None:
             # Not now: the loop starts reading right after connection_made (uvloop and
             # asyncio alike), which would undo a pause_reading here. (TLS bytes are the

@@ -66,6 +66,15 @@ static long long rx_now_ns(void) {
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* What the set watches of a socket: arrivals and the peer's close, edge-triggered. */
+static struct epoll_event rx_watch(int fd) {
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    ev.data.fd = fd;
+    return ev;
+}
+
 static void rx_disarm(rx_slot *s) {
     Py_CLEAR(s->chunks);
     Py_CLEAR(s->text);
@@ -179,10 +188,7 @@ static PyObject *Reader_add(Reader *r, PyObject *args) {
     /* A descriptor number comes back after a close (which left the epoll set by itself):
      * whatever the slot held belongs to a connection that is gone. */
     rx_drop(r, fd);
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
-    ev.data.fd = fd;
+    struct epoll_event ev = rx_watch(fd);
     if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return PyErr_SetFromErrno(PyExc_OSError);
     Py_INCREF(conn);
     r->slots[fd].conn = conn;
@@ -196,8 +202,7 @@ static PyObject *rx_pending(rx_slot *s) {
 }
 
 /* remove(fd) -> (nbytes, t_last): stop reading ``fd``; what was booked since the last
- * hand-back.
- * (0, 0) for a descriptor no longer read here (handed back, or the reader closed). */
+ * hand-back; (0, 0) for a descriptor no longer read here (handed back, reader closed). */
 static PyObject *Reader_remove(Reader *r, PyObject *arg) {
     int fd = rx_fd_arg(r, arg, 0);
     if (fd < 0) return NULL;
@@ -262,10 +267,7 @@ static int rx_hand_back(PyObject **out, rx_slot *s, PyObject *data, long long t,
 }
 
 static void rx_rearm(Reader *r, int fd) {
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
-    ev.data.fd = fd;
+    struct epoll_event ev = rx_watch(fd);
     epoll_ctl(r->epfd, EPOLL_CTL_MOD, fd, &ev); /* still ready: epoll reports it again */
 }
 
