@@ -20,6 +20,14 @@ warm-up + ``--seconds``. Reported per N:
   in microseconds; and the share of a core it used;
 * the highest N held with TTFT p50 error <= 2 ms (and the run not invalid).
 
+The floor, in the same run at each N: ``floor_client.c``, compiled here where Linux has a
+C compiler (``--no-floor``: none), does per chunk only what any client that times each
+token must (one epoll wake-up shared by the sockets ready together, one ``recv`` and its
+TCP ACK, one clock read), with no parsing and no records. Its CPU per chunk is what this
+host's kernel and loopback charge a client; tailwise's own cost is what it spends above.
+``--before DIR`` runs another source tree beside the current one (``ba9a712/src``: the
+client before issue 27).
+
 Peers on the same server, in the same run, at ``--peers`` stream counts: GuideLLM
 (``GUIDELLM`` naming its executable, or ``/tmp/guidellm-venv/bin/guidellm``) and AIPerf
 (``AIPERF``, or ``/tmp/aiperf-venv/bin/aiperf``), each where installed (``pip install
@@ -27,7 +35,8 @@ guidellm`` / ``aiperf`` into those venvs; nothing else is downloaded: they get a
 word-level tokenizer written here), else "not installed".
 
 Usage: ``python benchmarks/stream_scale.py [--streams 100,500,1000,2000] [--seconds 4]
-[--repeat 3] [--python] [--peers 25,50,100,200] [--write-docs]``. ``--python`` also runs
+[--repeat 3] [--python] [--no-reader] [--before DIR] [--peers 25,50,100,200]
+[--write-docs]``. ``--python`` also runs
 each N with ``TAILWISE_PURE_PYTHON=1`` (the fallback path); ``--client-path DIR`` runs
 another source tree as the client (before/after). Loopback only; a shared machine makes
 every number noisy.
@@ -142,6 +151,7 @@ def tailwise_trial(
     pure: bool = False,
     workers: str | None = None,
     reader: bool = True,
+    client_path: str | None = None,
 ) -> dict[str, Any]:
     tag = f"{streams}{'-py' if pure else ''}{'-w' if workers else ''}-{next(TRIALS)}"
     truth = work / f"truth-{tag}.jsonl"
@@ -153,8 +163,9 @@ def tailwise_trial(
         env["TAILWISE_PURE_PYTHON"] = "1"
     if not reader:  # the compiled path with the loop's own reads (see docs/llm.md)
         env["TAILWISE_STREAM_READER"] = "0"
-    if CLIENT_PATH:
-        env["PYTHONPATH"] = os.pathsep.join([CLIENT_PATH, env.get("PYTHONPATH", "")])
+    client_path = client_path or CLIENT_PATH
+    if client_path:
+        env["PYTHONPATH"] = os.pathsep.join([client_path, env.get("PYTHONPATH", "")])
     cmd = [
         sys.executable, "-m", "tailwise", "run", url, "--api", "openai-chat", "--model", "lab",
         "--max-tokens", str(TOKENS), "--rate", f"{rate:.1f}/s", "--arrival", "poisson",
@@ -187,7 +198,7 @@ def tailwise_trial(
     window = float(s["window"]["duration_s"]) + 1.0
     row = {
         "tool": "tailwise"
-        + (f" ({CLIENT_PATH})" if CLIENT_PATH else "")
+        + (f" ({client_path})" if client_path else "")
         + (" (pure Python)" if pure else "")
         + ("" if reader or pure else " (no stream reader)")
         + (f" --workers {workers}" if workers else ""),
@@ -222,6 +233,62 @@ def run_peer(
     if proc.returncode != 0 or not result.exists():
         return err.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]
     return None
+
+
+def build_floor(work: Path) -> Path | None:
+    """Compile ``floor_client.c`` (the least a client can do per chunk) where Linux has a C
+    compiler; None (and no floor rows) elsewhere."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or not sys.platform.startswith("linux"):
+        return None
+    exe = work / "floor_client"
+    src = Path(__file__).with_name("floor_client.c")
+    done = subprocess.run([cc, "-O2", "-o", str(exe), str(src), "-lm"], capture_output=True)
+    return exe if done.returncode == 0 else None
+
+
+def floor_trial(exe: Path, streams: int, seconds: float, work: Path) -> dict[str, Any]:
+    """The floor client at the same Poisson rate on the same lab, timed like tailwise.
+
+    Its TTFT is from the intended send to the first read after the response head; its ITL
+    the gaps between content reads; its CPU the same span as tailwise's ``cpu_s`` (warm-up
+    and window, until the last response ends)."""
+    tag = f"f{streams}-{next(TRIALS)}"
+    truth = work / f"truth-{tag}.jsonl"
+    lab, url = start_lab(truth)
+    out = work / f"floor-{tag}.txt"
+    rate = streams / LIFE_S
+    port = url.rsplit(":", 1)[1].split("/", 1)[0]
+    seed = str(next(TRIALS))
+    cmd = [str(exe), port, f"{rate:.1f}", "1", f"{seconds:g}", str(TOKENS), seed, str(out)]
+    _, client_cores = cores()
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        if client_cores is not None:
+            os.sched_setaffinity(proc.pid, client_cores)
+        stdout, _ = proc.communicate(timeout=300)
+    finally:
+        lab.terminate()
+        lab.wait(timeout=10)
+    res = json.loads(stdout)
+    lines = [ln.split() for ln in out.read_text().splitlines()]
+    c_ttft = np.array([float(v) for k, v in lines if k == "t"])
+    c_itl = np.array([float(v) for k, v in lines if k == "g"])
+    chunks = int(res["done"]) * TOKENS
+    row: dict[str, Any] = {
+        "tool": "floor (C: epoll, one read a chunk)",
+        "streams": streams,
+        "rate_rps": round(rate, 1),
+        "requests": int(res["in_window"]),
+        "chunks": chunks,
+        **_errors(c_ttft, c_itl, truth, int(res["sent"]) - int(res["in_window"])),
+        "cpu_us_per_chunk": round(1e6 * float(res["cpu_s"]) / chunks, 2) if chunks else None,
+        "cpu_share": round(float(res["cpu_s"]) / (seconds + 1.0), 2),
+        "reads_per_chunk": round(int(res["reads"]) / chunks, 3) if chunks else None,
+        "verdict": "pass" if res["failed"] == 0 and res["bad"] == 0 else "failed",
+    }
+    row["held"] = bool(row["ttft_err_p50_ms"] <= HELD_MS and row["verdict"] == "pass")
+    return row
 
 
 def guidellm_exe() -> str | None:
@@ -456,8 +523,16 @@ def main() -> None:
     ap.add_argument(
         "--client-path", help="run this tailwise source tree as the client (before/after)"
     )
+    ap.add_argument(
+        "--before",
+        help="also run this tailwise source tree beside the current one (e.g. a worktree of "
+        "ba9a712/src, the client before issue 27)",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="trials per stream count")
     ap.add_argument("--no-pin", action="store_true", help="do not pin server and client")
+    ap.add_argument(
+        "--no-floor", action="store_true", help="skip the floor client (floor_client.c)"
+    )
     ap.add_argument("--write-docs", action="store_true")
     a = ap.parse_args()
     global CLIENT_PATH, PIN
@@ -473,9 +548,14 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="tailwise-stream-scale-") as tmp:
         work = Path(tmp)
+        floor = None if a.no_floor else build_floor(work)
         for n in (int(x) for x in a.streams.split(",")):
             for _ in range(a.repeat):
                 emit(tailwise_trial(n, a.seconds, work))
+                if floor is not None:
+                    emit(floor_trial(floor, n, a.seconds, work))
+                if a.before:
+                    emit(tailwise_trial(n, a.seconds, work, client_path=a.before))
                 if a.no_reader:
                     emit(tailwise_trial(n, a.seconds, work, reader=False))
                 if a.python:

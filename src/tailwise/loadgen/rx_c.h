@@ -34,6 +34,7 @@
  */
 #include <errno.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -288,7 +289,9 @@ static int rx_end(Reader *r, int fd, rx_slot *s, PyObject **out, long long t, in
  * the data that came with the close is read and timed here as it would have been. */
 static int rx_read_ready(Reader *r, int fd, rx_slot *s, PyObject **out, int ending) {
     for (int reads = 0; reads < RX_READS_PER_POLL; reads++) {
-        ssize_t got = read(fd, r->buf, RX_READ_BYTES);
+        /* recv, not read: the same bytes without the VFS layer's read path, about 0.3 µs
+         * (4%) less per chunk on loopback (benchmarks/floor_client.c, pairs of runs). */
+        ssize_t got = recv(fd, r->buf, RX_READ_BYTES, 0);
         long long t = rx_now_ns() - r->t0;
         if (got < 0) {
             if (errno == EINTR) continue;
