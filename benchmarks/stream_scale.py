@@ -198,7 +198,7 @@ def tailwise_trial(
     window = float(s["window"]["duration_s"]) + 1.0
     row = {
         "tool": "tailwise"
-        + (f" ({client_path})" if client_path else "")
+        + (f" ({_tree_label(client_path)})" if client_path else "")
         + (" (pure Python)" if pure else "")
         + ("" if reader or pure else " (no stream reader)")
         + (f" --workers {workers}" if workers else ""),
@@ -233,6 +233,17 @@ def run_peer(
     if proc.returncode != 0 or not result.exists():
         return err.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]
     return None
+
+
+FLOOR = "floor (C: epoll, one recv a chunk)"
+
+
+def _tree_label(path: str) -> str:
+    """A source tree by its commit where it is a git checkout ("at ba9a712"), else its path."""
+    done = subprocess.run(
+        ["git", "-C", path, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True
+    )
+    return f"at {done.stdout.strip()}" if done.returncode == 0 else path
 
 
 def build_floor(work: Path) -> Path | None:
@@ -276,7 +287,7 @@ def floor_trial(exe: Path, streams: int, seconds: float, work: Path) -> dict[str
     c_itl = np.array([float(v) for k, v in lines if k == "g"])
     chunks = int(res["done"]) * TOKENS
     row: dict[str, Any] = {
-        "tool": "floor (C: epoll, one read a chunk)",
+        "tool": FLOOR,
         "streams": streams,
         "rate_rps": round(rate, 1),
         "requests": int(res["in_window"]),
@@ -434,6 +445,7 @@ def write_docs(rows: list[dict[str, Any]], machine: str, peers_note: str) -> Non
         if 2 * sum(v) > len(v):
             held[tool] = max(held.get(tool, 0), n)
     held_line = ", ".join(f"{k}: {v}" for k, v in held.items()) or "none"
+    above_line = _above_floor(rows)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     header = (
         "| tool | streams | requests | truth TTFT p50 | TTFT err p50 | TTFT err p99 | "
@@ -458,9 +470,33 @@ Machine: {machine}.
 
 Highest stream count held (TTFT p50 error <= {HELD_MS:g} ms, run not invalid, in a majority
 of its trials): {held_line}.
+
+The floor (`benchmarks/floor_client.c`, same lab, same run, alternating with the others)
+does per chunk only what any client that times each token must: one epoll wake-up shared
+by the sockets ready together, one `recv` and its TCP ACK (on loopback the ACK's arrival
+at the lab also runs in the client's context), one clock read; no parsing, no records.
+Its CPU per chunk is this host's price of a chunk; what a client spends above it is its
+own. Median CPU per chunk above the floor's median, µs: {above_line}.
 {peers_note}
 {end}"""
     write_block(begin, end, block)
+
+
+def _above_floor(rows: list[dict[str, Any]]) -> str:
+    """Each tool's median CPU per chunk minus the floor's, per stream count."""
+    cpu: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        if r.get("cpu_us_per_chunk") is not None:
+            cpu.setdefault((r["tool"], r["streams"]), []).append(r["cpu_us_per_chunk"])
+    parts = []
+    for (tool, n), v in cpu.items():
+        base = cpu.get((FLOOR, n))
+        if tool != FLOOR and base:
+            floor_us = float(np.median(base))
+            parts.append(
+                f"{tool} at {n}: {float(np.median(v)) - floor_us:+.2f} (floor {floor_us:.2f})"
+            )
+    return "; ".join(parts) or "no floor in this run"
 
 
 def _own_errors(rows: list[dict[str, Any]], tool: str) -> str:
