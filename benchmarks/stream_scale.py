@@ -476,26 +476,43 @@ does per chunk only what any client that times each token must: one epoll wake-u
 by the sockets ready together, one `recv` and its TCP ACK (on loopback the ACK's arrival
 at the lab also runs in the client's context), one clock read; no parsing, no records.
 Its CPU per chunk is this host's price of a chunk; what a client spends above it is its
-own. Median CPU per chunk above the floor's median, µs: {above_line}.
+own. Median CPU per chunk above the floor's median, µs ("behind": TTFT p50 error over
+{HELD_MS:g} ms in most trials; a client behind reads several chunks at a time, which looks
+cheaper per chunk): {above_line}.
+
 {peers_note}
 {end}"""
     write_block(begin, end, block)
 
 
 def _above_floor(rows: list[dict[str, Any]]) -> str:
-    """Each tool's median CPU per chunk minus the floor's, per stream count."""
+    """Each tool's median CPU per chunk minus the floor's, per stream count, saying where a
+    client fell behind (it then reads several chunks at once, which looks cheaper)."""
     cpu: dict[tuple[str, int], list[float]] = {}
+    held: dict[tuple[str, int], list[bool]] = {}
     for r in rows:
         if r.get("cpu_us_per_chunk") is not None:
             cpu.setdefault((r["tool"], r["streams"]), []).append(r["cpu_us_per_chunk"])
+            held.setdefault((r["tool"], r["streams"]), []).append(bool(r.get("held")))
+
+    def behind(key: tuple[str, int]) -> str:
+        v = held[key]
+        return "" if 2 * sum(v) > len(v) else " (behind)"
+
     parts = []
-    for (tool, n), v in cpu.items():
+    for n in sorted({n for _, n in cpu}):
         base = cpu.get((FLOOR, n))
-        if tool != FLOOR and base:
-            floor_us = float(np.median(base))
-            parts.append(
-                f"{tool} at {n}: {float(np.median(v)) - floor_us:+.2f} (floor {floor_us:.2f})"
-            )
+        if not base:
+            continue
+        floor_us = float(np.median(base))
+        others = [
+            f"{tool} {float(np.median(v)) - floor_us:+.2f}{behind((tool, m))}"
+            for (tool, m), v in cpu.items()
+            if m == n and tool != FLOOR
+        ]
+        parts.append(
+            f"at {n} streams, floor {floor_us:.2f}{behind((FLOOR, n))}: " + ", ".join(others)
+        )
     return "; ".join(parts) or "no floor in this run"
 
 
