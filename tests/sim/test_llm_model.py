@@ -404,8 +404,27 @@ def test_disaggregated_pools_keep_decodes_out_of_ttft() -> None:
             transfer_ns=2 * MS,
             transfer_ns_per_token=300.0,
         ),
+        # A context term: every step of a run costs its own; the run is still jumped.
+        LlmSpec(EngineConfig(max_num_seqs=8, request_timeout_s=0.5, kv_s_per_token=2e-6)),
+        LlmSpec(EngineConfig(prefill_chunk_tokens=48, kv_s_per_token=1e-6)),
+        LlmSpec(
+            EngineConfig(max_num_seqs=6, kv_s_per_token=1e-6),
+            replicas=2,
+            prefill_replicas=2,
+            routing="least_outstanding",
+            transfer_ns=2 * MS,
+        ),
     ],
-    ids=["timeouts", "chunked-kv", "least-outstanding", "random", "disaggregated"],
+    ids=[
+        "timeouts",
+        "chunked-kv",
+        "least-outstanding",
+        "random",
+        "disaggregated",
+        "context-timeouts",
+        "context-chunked",
+        "context-disaggregated",
+    ],
 )
 def test_the_fast_path_equals_the_step_by_step_path(spec: LlmSpec) -> None:
     arr, p, m = workload(1500, seed=12, rate_rps=35.0)
@@ -468,6 +487,36 @@ def test_the_context_term_by_hand() -> None:
         res = _simulate(LlmSpec(cfg), np.array([0]), np.array([10]), np.array([3]), None, jump)
         assert res.token_times == [[1 * MS, 3_100_000, 5_300_000]]
         assert res.done_ns.tolist() == [5_300_000]
+    # B arrives at 5.3 ms, exactly where A's third token's step ends: the run of A's
+    # decode steps stops there, B's prompt takes the next step alone (1 ms: its token at
+    # 6.3 ms), then A's fourth token attends to 13 tokens (2.3 ms: at 8.6), jumped or not.
+    for jump in (True, False):
+        res = _simulate(
+            LlmSpec(cfg), np.array([0, 5_300_000]), np.array([10, 10]), np.array([5, 1]), None, jump
+        )
+        assert res.first_token_ns.tolist() == [1 * MS, 6_300_000]
+        assert res.token_times is not None and res.token_times[0][:4] == [
+            1 * MS,
+            3_100_000,
+            5_300_000,
+            8_600_000,
+        ]
     spec = llm_spec(LlmModel(kv_per_token="0.1ms"), 1, "round_robin")
     assert spec.engine.kv_s_per_token == pytest.approx(0.0001)
     assert EngineConfig().step_s(100, 8, 5000) == EngineConfig().step_s(100, 8)  # 0 by default
+
+
+def test_a_decode_run_costs_what_each_step_costs() -> None:
+    """The simulator's runs of decode steps use ``decode_run_ns``: the same integers as
+    ``step_ns`` step by step, over random laws (float sums in the same order)."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        cfg = EngineConfig(
+            base_s=float(rng.uniform(1e-4, 0.05)),
+            prefill_s_per_token=float(rng.uniform(0, 1e-4)),
+            decode_s_per_seq=float(rng.uniform(0, 1e-3)),
+            kv_s_per_token=float(rng.choice([0.0, rng.uniform(1e-9, 1e-5)])),
+        )
+        n, kv = int(rng.integers(1, 64)), int(rng.integers(1, 100_000))
+        run = cfg.decode_run_ns(n, kv)
+        assert [next(run) for _ in range(50)] == [cfg.step_ns(0, n, kv + n * k) for k in range(50)]

@@ -155,6 +155,27 @@ def test_paged_with_ample_kv_gives_todays_answers(name: str, llm: dict[str, Any]
     assert reserve.summary["latency_ms"] == paged.summary["latency_ms"]
 
 
+@pytest.mark.parametrize(("chunk", "preemption"), [(0, "recompute"), (48, "swap")])
+def test_context_cost_jumps_equal_single_steps_under_preemption(
+    chunk: int, preemption: str
+) -> None:
+    """With a context term each decode step costs its own, and a run of them is still
+    jumped in one go (blocks permitting): the same instants as step by step."""
+    cfg = EngineConfig(
+        max_num_seqs=12,
+        kv_cache_tokens=640,
+        prefill_chunk_tokens=chunk,
+        kv_allocation="paged",
+        kv_preemption=preemption,
+        kv_swap_s_per_block=0.0002,
+        kv_s_per_token=2e-6,
+        request_timeout_s=2.0,
+        max_model_len=640,
+    )
+    fast, _ = _jumped_equals_stepped(LlmSpec(engine=cfg), 7, 600, 40, (1, 400))
+    assert fast.preemptions >= 20
+
+
 @pytest.mark.parametrize("chunk", [0, 48])
 def test_jumps_equal_single_steps_under_preemption(chunk: int) -> None:
     """Heavy preemption (a cache of 40 blocks of 16 for 12 sequences of up to 400 + 200

@@ -38,7 +38,7 @@ are in :mod:`tailwise.capacity`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 
@@ -111,6 +111,16 @@ class EngineConfig:
     def step_ns(self, prefill_tokens: int, decoding: int, kv_tokens: int = 0) -> int:
         """:meth:`step_s` rounded to the nanosecond (the simulator's clock)."""
         return round(self.step_s(prefill_tokens, decoding, kv_tokens) * 1e9)
+
+    def decode_run_ns(self, decoding: int, kv_tokens: int) -> Iterator[int]:
+        """``step_ns(0, decoding, kv_tokens + decoding x k)`` for k = 0, 1, 2, ...: a run
+        of decode-only steps, every sequence's context a token longer each step. The
+        same floats as :meth:`step_ns` (its sums in its order), without its calls."""
+        fixed = self.base_s + self.prefill_s_per_token * 0 + self.decode_s_per_seq * decoding
+        per_kv, kv = self.kv_s_per_token, kv_tokens
+        while True:
+            yield round((fixed + per_kv * kv if per_kv else fixed) * 1e9)
+            kv += decoding
 
     @property
     def max_context_tokens(self) -> int:

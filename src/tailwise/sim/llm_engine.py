@@ -45,9 +45,10 @@ an engine counts its decoding steps and a sequence's last token is a step
 number fixed when it starts decoding (a heap holds them); steps cost O(1) and
 sequences are touched only when they start, finish or expire. A run of
 decode-only steps with no arrival, finish or expiry inside is jumped in one go
-(``k`` steps of equal cost, token instants an arithmetic sequence); an engine
-made with ``jump=False`` takes every step on its own, and gives the same
-numbers.
+(``k`` steps of equal cost, token instants an arithmetic sequence; with a context
+term each step's cost is still computed on its own, as the step-by-step path does, but
+without the admission, expiry and planning around it); an engine made with
+``jump=False`` takes every step on its own, and gives the same numbers.
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ class LlmEngine:
         self.plan_decodes = False
         self.plan_steps = 1
         self.plan_step_ns = 0
+        # With a context term, a run's steps differ: their end instants (None: equal steps).
+        self.plan_ends: list[int] | None = None
         self.peak_running = 0
         self.kv_cost = cfg.kv_s_per_token > 0  # steps' costs then grow with context
         self.kv_sum0 = 0  # sum of kv0 over the decoding sequences
@@ -245,8 +248,11 @@ class LlmEngine:
                 if self.plan_decodes:
                     steps = self.plan_steps
                     if self.decode_end_ns is not None:
-                        d = self.plan_step_ns
-                        self.decode_end_ns.extend(range(t - (steps - 1) * d, t + 1, d))
+                        if self.plan_ends is not None:
+                            self.decode_end_ns.extend(self.plan_ends)
+                        else:
+                            d = self.plan_step_ns
+                            self.decode_end_ns.extend(range(t - (steps - 1) * d, t + 1, d))
                     self.decode_steps += steps
                     count = self.decode_steps
                     finish = self.finish
@@ -269,9 +275,11 @@ class LlmEngine:
             if not self.running:
                 self.next_ns = IDLE_NS
                 return
+            self.plan_ends = None
             self._plan(t, until_ns)
             run.steps += self.plan_steps
-            self.next_ns = t + self.plan_steps * self.plan_step_ns
+            ends = self.plan_ends
+            self.next_ns = ends[-1] if ends is not None else t + self.plan_steps * self.plan_step_ns
             self.in_step = True
 
     def _prefilled(self, t: int) -> int:
@@ -350,13 +358,33 @@ class LlmEngine:
         self.plan_decodes = decodes
         n = self.n_decoding if decodes else 0
         kv = self.kv_sum0 + n * self.decode_steps if n and self.kv_cost else 0
-        if prefill or self.kv_cost:  # one step: with a context term no two cost the same
+        if n and kv and not prefill and self.jump:  # decode-only, each step its own cost
+            self._plan_context_run(t, n, kv, until_ns)
+            return
+        if prefill or kv:
             self.plan_step_ns = self.cfg.step_ns(sum(c for _, c in prefill), n, kv)
             self.plan_steps = 1
             return
         step_ns = self.decode_cost_ns[n]
         self.plan_step_ns = step_ns
         self.plan_steps = self._run_length(t, step_ns, until_ns) if self.jump else 1
+
+    def _run_limits(self) -> tuple[int, int]:
+        """(decode-only steps up to and including the next finish, at most
+        :meth:`_step_cap`; the earliest live deadline, IDLE_NS if none)."""
+        state, fin = self.run.state, self.run.fin
+        finish = self.finish
+        while finish and (state[finish[0][1]] != DECODING or fin[finish[0][1]] != finish[0][0]):
+            heapq.heappop(finish)  # expired or preempted sequences
+        steps = min(finish[0][0] - self.decode_steps, self._step_cap())
+        live = self.live
+        while live and state[live[0][1]] == DONE:
+            heapq.heappop(live)
+        return steps, live[0][0] if live else IDLE_NS
+
+    def _step_cap(self) -> int:
+        """The most decode steps one run may take (paged KV: the blocks free now)."""
+        return 2**62
 
     def _run_length(self, t: int, step_ns: int, until_ns: int) -> int:
         """How many identical decode-only steps from t can be taken in one go.
@@ -365,16 +393,30 @@ class LlmEngine:
         the next arrival (it could be admitted into that step) or a deadline (the
         start that expires it must be a real boundary).
         """
-        state, fin = self.run.state, self.run.fin
-        finish = self.finish
-        while finish and (state[finish[0][1]] != DECODING or fin[finish[0][1]] != finish[0][0]):
-            heapq.heappop(finish)  # expired or preempted sequences
-        steps = finish[0][0] - self.decode_steps
+        steps, deadline = self._run_limits()
         # Step s (1-based) starts at t + (s-1) step_ns: it must start before until_ns.
         steps = min(steps, (until_ns - t + step_ns - 1) // step_ns)
-        live = self.live
-        while live and state[live[0][1]] == DONE:
-            heapq.heappop(live)
-        if live:  # land on the first start at or after the earliest deadline
-            steps = min(steps, (live[0][0] - t + step_ns - 1) // step_ns)
+        if deadline != IDLE_NS:  # land on the first start at or after the earliest deadline
+            steps = min(steps, (deadline - t + step_ns - 1) // step_ns)
         return max(steps, 1)
+
+    def _plan_context_run(self, t: int, n: int, kv: int, until_ns: int) -> None:
+        """Decode-only steps with a context term: step k attends to ``kv + n k`` tokens, so
+        each costs its own (computed as the step-by-step path computes it); the run stops
+        where :meth:`_run_length` would, at the first end at or after the next arrival or
+        deadline. One step leaves ``plan_ends`` None (a paged swap adds to its cost)."""
+        limit, deadline = self._run_limits()
+        stop = min(until_ns, deadline)
+        costs = self.cfg.decode_run_ns(n, kv)
+        end = t + next(costs)
+        if limit <= 1 or end >= stop:
+            self.plan_step_ns, self.plan_steps = end - t, 1
+            return
+        ends = [end]
+        for _, step_ns in zip(range(1, limit), costs, strict=False):
+            end += step_ns
+            ends.append(end)
+            if end >= stop:
+                break
+        self.plan_ends = ends
+        self.plan_steps = len(ends)

@@ -185,8 +185,8 @@ class PagedLlmEngine(LlmEngine):
             self.plan_step_ns += round(self.moved * self.swap_ns_per_block)
             self.moved = 0
 
-    def _run_length(self, t: int, step_ns: int, until_ns: int) -> int:
-        return min(super()._run_length(t, step_ns, until_ns), self.cap)
+    def _step_cap(self) -> int:
+        return self.cap
 
     def _decoding(self) -> list[int]:
         state = self.run.state
