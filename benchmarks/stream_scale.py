@@ -216,22 +216,33 @@ def tailwise_trial(
     return row
 
 
+def on_client_cores(
+    cmd: list[str], lab: subprocess.Popen[str], env: dict[str, str] | None, keep_out: bool
+) -> tuple[int, str, str]:
+    """Run ``cmd`` on the client's cores, then stop the lab: (exit code, stdout if kept,
+    stderr)."""
+    _, client_cores = cores()
+    out = subprocess.PIPE if keep_out else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.PIPE)
+        if client_cores is not None:
+            os.sched_setaffinity(proc.pid, client_cores)
+        stdout, err = proc.communicate(timeout=300)
+    finally:
+        lab.terminate()
+        lab.wait(timeout=10)
+    text = (stdout or b"").decode(errors="replace")
+    return proc.returncode, text, err.decode(errors="replace")
+
+
 def run_peer(
     cmd: list[str], lab: subprocess.Popen[str], env: dict[str, str] | None, result: Path
 ) -> list[str] | None:
     """Run a peer's command on the client's cores, then stop the lab; its last error line
     (or ["failed"]) if it failed or left no ``result``, else None."""
-    _, client_cores = cores()
-    try:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if client_cores is not None:
-            os.sched_setaffinity(proc.pid, client_cores)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        lab.terminate()
-        lab.wait(timeout=10)
-    if proc.returncode != 0 or not result.exists():
-        return err.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]
+    code, _, err = on_client_cores(cmd, lab, env, keep_out=False)
+    if code != 0 or not result.exists():
+        return err.strip().splitlines()[-1:] or ["failed"]
     return None
 
 
@@ -272,15 +283,9 @@ def floor_trial(exe: Path, streams: int, seconds: float, work: Path) -> dict[str
     port = url.rsplit(":", 1)[1].split("/", 1)[0]
     seed = str(next(TRIALS))
     cmd = [str(exe), port, f"{rate:.1f}", "1", f"{seconds:g}", str(TOKENS), seed, str(out)]
-    _, client_cores = cores()
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        if client_cores is not None:
-            os.sched_setaffinity(proc.pid, client_cores)
-        stdout, _ = proc.communicate(timeout=300)
-    finally:
-        lab.terminate()
-        lab.wait(timeout=10)
+    code, stdout, err = on_client_cores(cmd, lab, None, keep_out=True)
+    if code != 0:
+        raise RuntimeError(f"floor_client failed ({code}): {err.strip()}")
     res = json.loads(stdout)
     lines = [ln.split() for ln in out.read_text().splitlines()]
     c_ttft = np.array([float(v) for k, v in lines if k == "t"])

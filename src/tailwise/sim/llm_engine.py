@@ -361,7 +361,7 @@ class LlmEngine:
         if n and kv and not prefill and self.jump:  # decode-only, each step its own cost
             self._plan_context_run(t, n, kv, until_ns)
             return
-        if prefill or kv:
+        if prefill or self.kv_cost:  # one step: a prefill, or a context term step by step
             self.plan_step_ns = self.cfg.step_ns(sum(c for _, c in prefill), n, kv)
             self.plan_steps = 1
             return
