@@ -8,6 +8,10 @@
  * Its CPU per chunk is what the kernel and the loopback charge a client on this host, so
  * what tailwise spends above it is tailwise's own.
  *
+ * FLOOR_REST_NS (environment, 0 to 100 ms; 0 when unset): sleep that long before each
+ * batch of reads instead of waking for every arrival (a diagnostic: fewer wake-ups, each
+ * read timed up to the rest late; docs/benchmarks.md, issue 27).
+ *
  * Usage: floor_client PORT RATE_PER_S WARMUP_S DURATION_S TOKENS SEED OUT
  * Prints one JSON line (counts, CPU seconds); writes OUT: the window's TTFT (ms, from the
  * intended send to the first read after the response head) then every gap between content
@@ -105,6 +109,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "floor_client: bad argument\n");
         return 2;
     }
+    const char *rest = getenv("FLOOR_REST_NS");
+    int64_t rest_ns = rest ? atoll(rest) : 0;
+    if (rest_ns < 0 || rest_ns > 100000000) {
+        fprintf(stderr, "floor_client: FLOOR_REST_NS: expected 0 to 100000000\n");
+        return 2;
+    }
     gaps = malloc(sizeof(float) * MAX_GAPS);
     ttfts = malloc(sizeof(float) * MAX_TTFT);
     if (!gaps || !ttfts) return 1;
@@ -153,6 +163,12 @@ int main(int argc, char **argv) {
         if (due >= end_ns && busy <= 0) break;
         if (t > give_up_ns) break;
         int64_t wait_ns = due < end_ns ? due - t : 100000000;
+        if (rest_ns > 0) { /* sleep first, then read whatever came meanwhile */
+            int64_t s = wait_ns < rest_ns ? wait_ns : rest_ns;
+            struct timespec sl = {.tv_sec = s / 1000000000, .tv_nsec = s % 1000000000};
+            if (s > 0) clock_nanosleep(CLOCK_MONOTONIC, 0, &sl, NULL);
+            wait_ns = 0;
+        }
         struct timespec to = {.tv_sec = wait_ns / 1000000000, .tv_nsec = wait_ns % 1000000000};
         int n = epoll_pwait2(ep, evs, 512, &to, NULL);
         if (n < 0 && errno != EINTR) return 1;

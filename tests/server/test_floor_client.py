@@ -35,8 +35,9 @@ def floor(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return exe
 
 
+@pytest.mark.parametrize("rest_ns", ["0", "2000000"])  # waking per arrival; 2 ms rests
 def test_reads_every_stream_whole_and_times_it_as_the_lab_wrote_it(
-    floor: Path, tmp_path: Path
+    floor: Path, tmp_path: Path, rest_ns: str
 ) -> None:
     truth = tmp_path / "truth.jsonl"
     lab, url = spawn(
@@ -51,6 +52,7 @@ def test_reads_every_stream_whole_and_times_it_as_the_lab_wrote_it(
             capture_output=True,
             text=True,
             timeout=60,
+            env={"FLOOR_REST_NS": rest_ns},
         )
     finally:
         lab.terminate()
@@ -78,3 +80,15 @@ def test_refuses_bad_arguments(floor: Path) -> None:
     for args in (["0", "10", "0", "1", "4", "1", "x"], ["80", "-1", "0", "1", "4", "1", "x"]):
         done = subprocess.run([str(floor), *args], capture_output=True, text=True, timeout=10)
         assert done.returncode == 2 and "bad argument" in done.stderr
+
+
+def test_refuses_a_bad_rest(floor: Path) -> None:
+    for rest in ("-1", "100000001"):
+        done = subprocess.run(
+            [str(floor), "80", "10", "0", "1", "4", "1", "x"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            env={"FLOOR_REST_NS": rest},
+        )
+        assert done.returncode == 2 and "FLOOR_REST_NS" in done.stderr
