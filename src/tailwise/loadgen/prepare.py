@@ -504,15 +504,20 @@ def sequential(p: Prepared) -> Sequential | None:
 
 
 def loss_watch(p: Prepared) -> LossWatch | None:
-    """The SLO-loss watch of a run (None where it cannot judge: not a steady open-loop rate)."""
+    """The SLO-loss watch of a run (None where it cannot judge: not a steady open-loop rate;
+    or ``--warmup auto`` over several processes, where no process sees the ranks that
+    tell which requests no cut can reach: those trials run to their end)."""
     if p.schedule is None or p.horizon_ns is None:
+        return None
+    auto = p.opts.warmup == "auto"
+    if auto and (p.scaled_out or p.share[1] > 1):
         return None
     described = p.schedule.describe()
     rate = described.get("rate_rps")
     if not isinstance(rate, int | float) or not rate or described.get("profile"):
         return None
     expected = float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9
-    watch = LossWatch(p.slos, (p.warmup_ns, p.horizon_ns), expected)
+    watch = LossWatch(p.slos, (p.warmup_ns, p.horizon_ns), expected, auto_warmup=auto)
     return watch if watch.limits else None
 
 

@@ -11,6 +11,13 @@ without finishing (it can only finish later). ``N`` is not known until the
 schedule ends, so the watch uses a generous upper bound, the expected count
 plus three standard deviations of a Poisson count, and declares the SLO lost
 only when the certain misses exceed the budget even for that ``N``.
+
+With ``--warmup auto`` the summary judges the window past MSER-5's transient, which
+may cut up to half of the window's successful requests: a miss in that part could be
+cut, and counting it would stop a trial as lost that its own summary passes (a slow
+cold start). There the watch counts only requests scheduled after the ``N/2``-th
+successful one, which no cut can reach (:meth:`LossWatch.kept_after`), and so can
+stop a trial only in its second half.
 """
 
 from __future__ import annotations
@@ -45,9 +52,19 @@ def _target(slo: SLO) -> float | None:
 
 
 class LossWatch:
-    def __init__(self, slos: list[SLO], window_ns: tuple[int, int], expected: float) -> None:
+    def __init__(
+        self,
+        slos: list[SLO],
+        window_ns: tuple[int, int],
+        expected: float,
+        *,
+        auto_warmup: bool = False,
+    ) -> None:
         self.window_ns = window_ns
         n_upper = expected + 3.0 * math.sqrt(max(expected, 1.0))
+        # --warmup auto: a cut keeps every successful request from the (S/2)-th on, S
+        # the window's successful requests (steady.auto_start_ns; S <= n_upper).
+        self.uncut_rank = math.ceil(n_upper / 2) if auto_warmup else 0
         self.limits = []
         for slo in slos:
             target = _target(slo)
@@ -68,14 +85,36 @@ class LossWatch:
         cached; each call scans only the blocks still in play.
         """
         misses = [0] * len(self.limits)
+        after_ns = self.kept_after(blocks) if self.uncut_rank else None
+        if self.uncut_rank and after_ns is None:
+            return misses  # no request is past every possible cut yet
         for block in blocks:
             counted = self._final.get(id(block))
             if counted is None:
-                counted, final = self._block_misses(block, now_ns)
+                counted, final = self._block_misses(block, now_ns, after_ns)
                 if final:
                     self._final[id(block)] = counted
             misses = [m + c for m, c in zip(misses, counted, strict=True)]
         return misses
+
+    def kept_after(self, blocks: list[RecordBlock]) -> int | None:
+        """``--warmup auto``: the scheduled instant of the ``uncut_rank``-th successful
+        window request in scheduled order (None: not that many yet). Requests scheduled
+        after it are in the summary's window whatever MSER-5 cuts. Counting only the
+        successes known now, the instant is no earlier than the final one: safe."""
+        start, end = self.window_ns
+        seen = 0
+        for block in blocks:
+            sched, done, _, err = _columns(block)
+            ok = (sched >= start) & (sched < end) & (done != ABSENT) & (err == 0)
+            count = int(ok.sum())
+            if seen + count >= self.uncut_rank:
+                at = sched[ok]
+                if len(at) > 1 and not bool(np.all(at[1:] >= at[:-1])):
+                    at = np.sort(at)
+                return int(at[self.uncut_rank - seen - 1])
+            seen += count
+        return None
 
     def judge(self, misses: list[int]) -> str:
         """Why certain misses (per limit) already lose the window ('' while they do not)."""
@@ -87,11 +126,16 @@ class LossWatch:
                 )
         return ""
 
-    def _block_misses(self, block: RecordBlock, now_ns: int) -> tuple[list[int], bool]:
-        """Certain misses per limit in one block, and whether that count can no longer change."""
+    def _block_misses(
+        self, block: RecordBlock, now_ns: int, after_ns: int | None = None
+    ) -> tuple[list[int], bool]:
+        """Certain misses per limit in one block (scheduled after ``after_ns`` where given),
+        and whether that count can no longer change."""
         sched, done, first, err = _columns(block)
         start, end = self.window_ns
         window = (sched >= start) & (sched < end) & (sched <= now_ns)
+        if after_ns is not None:
+            window &= sched > after_ns
         failed = (err != 0) & (done != ABSENT)
         out = []
         for lim in self.limits:
@@ -101,6 +145,8 @@ class LossWatch:
             overdue = ~finished & (done == ABSENT) & (now_ns - sched > lim.threshold_ns)
             out.append(int((window & (slow | overdue | failed)).sum()))
         final = bool((done != ABSENT).all()) and bool((sched <= now_ns).all())
+        if after_ns is not None and not (block.rows and int(sched.min()) > after_ns):
+            final = False  # a later, earlier after_ns would count more of it
         return out, final
 
 
