@@ -15,6 +15,7 @@ import pytest
 from tailwise.loadgen.prepare import loss_watch
 from tailwise.loadgen.runner import RunOptions, execute, prepare
 from tailwise.loadgen.transport import FakeTransport
+from tests.clirun import run_cli
 
 MS = 1_000_000
 
@@ -83,9 +84,28 @@ def test_a_fixed_warmup_is_judged_from_its_end_as_before(tmp_path: Path) -> None
     assert s["window"]["end_s"] < 2.6
 
 
-def test_no_watch_over_several_processes_with_auto_warmup() -> None:
-    """No process sees the ranks that tell which requests no cut can reach."""
-    auto = prepare(_trial("100/s", workers=2))
+def test_several_processes_need_a_fixed_warmup_to_stop_early(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No process sees the ranks that tell which requests no cut can reach: asked for
+    with --warmup auto over several processes, the early stop is refused before anything
+    is sent (a knee search, where it is on by default, says so and goes without it)."""
+    argv = ["run", "http://127.0.0.1:9/x", "--rate", "10/s", "--duration", "2s"]
+    argv += ["--workers", "2", "--stop-on-slo-loss", "--slo", "p99(latency)<=50ms"]
+    code, out, err = run_cli([*argv, "--out", str(tmp_path / "a")], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--stop-on-slo-loss" in err and "fixed --warmup" in err and "Traceback" not in err
+    assert not (tmp_path / "a").exists() or not any((tmp_path / "a").rglob("records.jsonl"))
     fixed = prepare(_trial("100/s", workers=2, warmup="1s"))
-    assert loss_watch(auto) is None
-    assert loss_watch(fixed) is not None
+    assert fixed.scaled_out and loss_watch(fixed) is not None
+
+
+def test_a_knee_over_several_processes_with_auto_warmup_says_it_goes_without(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["knee", "http://127.0.0.1:9/x", "--workers", "2", "--slo", "p99(latency)<=50ms"]
+    argv += ["--duration", "1s", "--start", "10/s", "--max-rate", "20/s"]
+    _, _, err = run_cli([*argv, "--out", str(tmp_path)], capsys)
+    assert "no early stop over several processes with --warmup auto" in err
+    _, _, err = run_cli([*argv, "--warmup", "0.2s", "--out", str(tmp_path / "b")], capsys)
+    assert "no early stop" not in err

@@ -73,13 +73,15 @@ def _base_options(urls: tuple[str, ...], command: str, kw: dict[str, Any]) -> An
     return RunOptions(urls=list(urls), **kw)
 
 
-def _search_dir(opts: Any) -> Any:
+def _search_dir(opts: Any) -> tuple[Any, bool]:
+    """The search's directory, and whether its trials go over several processes."""
     import dataclasses
 
     from tailwise.loadgen.runner import prepare, run_directory
 
     # Prepared once with a stand-in rate: checks every option before the first step.
-    return run_directory(opts, prepare(dataclasses.replace(opts, rate="1/s")).targets[0])
+    p = prepare(dataclasses.replace(opts, rate="1/s"))
+    return run_directory(opts, p.targets[0]), p.scaled_out
 
 
 @click.command()
@@ -109,7 +111,7 @@ def sweep(
     chosen = parse_rates(rates) if rates else None
     first = parse_rate_rps(start, "--start")
     opts = _base_options(urls, "sweep", kw)
-    out_dir = _search_dir(opts)
+    out_dir, _ = _search_dir(opts)
 
     def on_step(i: int, n: int, rate: float, step: Any) -> None:
         if step is not None and not quiet:
@@ -226,8 +228,18 @@ def knee(
         confirm = None
     else:
         opts = _base_options(urls, "knee", kw)
-        out_dir = _search_dir(opts)
+        out_dir, scaled_out = _search_dir(opts)
         sequential = opts.duration in (None, "auto")
+        # prepare.loss_watch: no watch for --warmup auto over several processes
+        if early_stop and scaled_out and opts.warmup == "auto":
+            early_stop = False
+            if not quiet:
+                click.echo(
+                    "tailwise: knee: note: no early stop over several processes with "
+                    "--warmup auto (no process sees which requests a cut can reach); give "
+                    "a fixed --warmup to stop lost trials early",
+                    err=True,
+                )
         trial = knee_trial(
             opts, out_dir, least, early_stop, STEER_CONFIDENCE if sequential else 0.95
         )

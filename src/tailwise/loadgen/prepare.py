@@ -336,6 +336,13 @@ def prepare(o: RunOptions) -> Prepared:
     elif horizon_ns is None and max_count is None:
         raise BadInput("--duration", None, "a duration or --requests for a closed-loop run")
     workers = _scale_out(o, concurrency)
+    if o.stop_on_slo_loss and o.warmup == "auto" and (o.ray or (workers or 1) > 1):
+        # loss_watch: no process sees which requests a cut can reach (docs/sweep.md)
+        raise BadInput(
+            "--stop-on-slo-loss",
+            "with --warmup auto over several processes",
+            "a fixed --warmup (e.g. 2s), or one process",
+        )
     sessions = _sessions(o, payloads, concurrency, workers, method, headers)
     budget = fd_budget()
     cap = (
