@@ -21,10 +21,10 @@ MS = 1_000_000
 
 
 def _trial(rate: str, slo: str = "p99(latency)<=50ms", **kw: object) -> RunOptions:
+    kw.setdefault("duration", "5s")
     return RunOptions(
         urls=["http://127.0.0.1:9/x"],
         rate=rate,
-        duration="5s",
         slo=[slo],
         stop_on_slo_loss=True,
         **kw,  # type: ignore[arg-type]
@@ -109,3 +109,18 @@ def test_a_knee_over_several_processes_with_auto_warmup_says_it_goes_without(
     assert "no early stop over several processes with --warmup auto" in err
     _, _, err = run_cli([*argv, "--warmup", "0.2s", "--out", str(tmp_path / "b")], capsys)
     assert "no early stop" not in err
+
+
+def test_misses_after_a_quiet_spell_in_the_same_block_are_counted(tmp_path: Path) -> None:
+    """At 5/s nearly every answer is in before the next request, so the block being
+    filled often has every row finished at a check; the misses of rows added to it later
+    must still count (a block's count is kept as final only once the block is full)."""
+
+    def law(seq: int) -> tuple[int, int, str]:
+        return ((2 if seq < 20 else 100) * MS, 200, "")
+
+    opts = _trial("5/s", warmup="0.5s", duration="10s")
+    res = execute(prepare(opts), tmp_path, transport=FakeTransport(law))
+    s = res.summary
+    assert s["verdict"] == "fail" and s["stopped_early"], s["verdict_reason"]
+    assert s["window"]["end_s"] < 8.0

@@ -30,7 +30,7 @@ import numpy as np
 from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import auto_start_ns
 from tailwise.metrics.uncertainty import decide_within
-from tailwise.records import ABSENT, RecordBlock
+from tailwise.records import ABSENT, BLOCK_ROWS, RecordBlock
 
 WATCHED_METRICS = ("latency", "e2e", "ttft")
 
@@ -72,6 +72,9 @@ class LossWatch:
                 budget = (1.0 - target) * n_upper
                 self.limits.append(_Limit(slo.spec, slo.metric, int(slo.threshold), budget))
         self._final: dict[int, list[int]] = {}  # id(block) -> misses, once all rows finished
+        # --warmup auto: id(block) -> (window successes, last scheduled instant), once full
+        # and finished (kept_after walks every block at each check: these cost nothing)
+        self._ok: dict[int, tuple[int, int]] = {}
 
     def check(self, blocks: list[RecordBlock], now_ns: int) -> str:
         """Why the run is already lost at run-relative ``now_ns`` ('' while it is not)."""
@@ -89,6 +92,9 @@ class LossWatch:
         if self.uncut_rank and after_ns is None:
             return misses  # no request is past every possible cut yet
         for block in blocks:
+            done_ok = self._ok.get(id(block))
+            if after_ns is not None and done_ok is not None and done_ok[1] <= after_ns:
+                continue  # wholly where a cut may reach
             counted = self._final.get(id(block))
             if counted is None:
                 counted, final = self._block_misses(block, now_ns, after_ns)
@@ -102,19 +108,29 @@ class LossWatch:
         window request in scheduled order (None: not that many yet). Requests scheduled
         after it are in the summary's window whatever MSER-5 cuts. Counting only the
         successes known now, the instant is no earlier than the final one: safe."""
-        start, end = self.window_ns
         seen = 0
         for block in blocks:
-            sched, done, _, err = _columns(block)
-            ok = (sched >= start) & (sched < end) & (done != ABSENT) & (err == 0)
-            count = int(ok.sum())
+            done_ok = self._ok.get(id(block))
+            if done_ok is None:
+                sched, done, _, err = _columns(block)
+                count = int(self._succeeded(sched, done, err).sum())
+                if _full_and_finished(block, done):
+                    self._ok[id(block)] = (count, int(sched.max()))
+            else:
+                count = done_ok[0]
             if seen + count >= self.uncut_rank:
-                at = sched[ok]
+                sched, done, _, err = _columns(block)
+                at = sched[self._succeeded(sched, done, err)]
                 if len(at) > 1 and not bool(np.all(at[1:] >= at[:-1])):
                     at = np.sort(at)
                 return int(at[self.uncut_rank - seen - 1])
             seen += count
         return None
+
+    def _succeeded(self, sched: np.ndarray, done: np.ndarray, err: np.ndarray) -> np.ndarray:
+        start, end = self.window_ns
+        ok: np.ndarray = (sched >= start) & (sched < end) & (done != ABSENT) & (err == 0)
+        return ok
 
     def judge(self, misses: list[int]) -> str:
         """Why certain misses (per limit) already lose the window ('' while they do not)."""
@@ -144,10 +160,15 @@ class LossWatch:
             slow = finished & (end_col - sched > lim.threshold_ns)
             overdue = ~finished & (done == ABSENT) & (now_ns - sched > lim.threshold_ns)
             out.append(int((window & (slow | overdue | failed)).sum()))
-        final = bool((done != ABSENT).all()) and bool((sched <= now_ns).all())
+        final = _full_and_finished(block, done) and bool((sched <= now_ns).all())
         if after_ns is not None and not (block.rows and int(sched.min()) > after_ns):
             final = False  # a later, earlier after_ns would count more of it
         return out, final
+
+
+def _full_and_finished(block: RecordBlock, done: np.ndarray) -> bool:
+    """No row will be added to the block (the engine fills one at a time) or change."""
+    return block.rows == BLOCK_ROWS and bool((done != ABSENT).all())
 
 
 def _columns(b: RecordBlock) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
