@@ -110,8 +110,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *rest = getenv("FLOOR_REST_NS");
-    int64_t rest_ns = rest ? atoll(rest) : 0;
-    if (rest_ns < 0 || rest_ns > 100000000) {
+    char *rest_end = NULL;
+    int64_t rest_ns = rest && *rest ? strtoll(rest, &rest_end, 10) : 0;
+    if (rest_ns < 0 || rest_ns > 100000000 || (rest_end && *rest_end)) {
         fprintf(stderr, "floor_client: FLOOR_REST_NS: expected 0 to 100000000\n");
         return 2;
     }

@@ -83,7 +83,7 @@ def test_refuses_bad_arguments(floor: Path) -> None:
 
 
 def test_refuses_a_bad_rest(floor: Path) -> None:
-    for rest in ("-1", "100000001"):
+    for rest in ("-1", "100000001", "250us"):
         done = subprocess.run(
             [str(floor), "80", "10", "0", "1", "4", "1", "x"],
             capture_output=True,

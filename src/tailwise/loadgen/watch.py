@@ -111,16 +111,20 @@ class LossWatch:
         seen = 0
         for block in blocks:
             done_ok = self._ok.get(id(block))
+            ok = None
             if done_ok is None:
                 sched, done, _, err = _columns(block)
-                count = int(self._succeeded(sched, done, err).sum())
+                ok = self._succeeded(sched, done, err)
+                count = int(ok.sum())
                 if _full_and_finished(block, done):
                     self._ok[id(block)] = (count, int(sched.max()))
             else:
                 count = done_ok[0]
             if seen + count >= self.uncut_rank:
-                sched, done, _, err = _columns(block)
-                at = sched[self._succeeded(sched, done, err)]
+                if ok is None:  # a cached block: its columns are read only here
+                    sched, done, _, err = _columns(block)
+                    ok = self._succeeded(sched, done, err)
+                at = sched[ok]
                 if len(at) > 1 and not bool(np.all(at[1:] >= at[:-1])):
                     at = np.sort(at)
                 return int(at[self.uncut_rank - seen - 1])
