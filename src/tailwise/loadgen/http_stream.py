@@ -144,7 +144,6 @@ class StreamConn(Conn):
         "rx",
         "rx_exc",
         "rx_fd",
-        "rx_first",
         "rx_wait",
         "sse",
         "stream_err",
@@ -159,7 +158,6 @@ class StreamConn(Conn):
         self.rx: Any = None  # the stream reader that reads this socket, if one does
         self.rx_fd = -1
         self.rx_wait: Any = None  # the reader to take the socket at the first request
-        self.rx_first = False  # armed with no chunk kept: the reader may book the first
         # A read error the reader met, or an exception reading its hand-back (see rx_back)
         self.rx_exc: Exception | None = None
         self.reset_stream()
@@ -188,19 +186,23 @@ class StreamConn(Conn):
         self.rx, self.rx_fd = rx, fd
 
     def rx_arm(self) -> None:
-        """Between chunks, mid-answer: let the reader book whole plain content chunks."""
+        """Between chunks, mid-answer, past the first token: let the reader book whole
+        plain content chunks. The first token is always booked here, in the block as it
+        comes: the SLO-loss watch and the sequential looks read ``first_token_ns`` while
+        the answer streams on, and a reader's booking reaches the block only when it
+        hands back (at the answer's end), so a streaming request would read as having
+        no first token and, past the threshold, as a certain TTFT miss. One Python read
+        per answer; the rest stay the reader's."""
         chunks = self.chunks
-        self.rx_first = not chunks
-        self.rx.arm(self.rx_fd, chunks, self.text if self.keep_text else None, MAX_STREAM_CHUNKS)
+        if chunks:
+            self.rx.arm(
+                self.rx_fd, chunks, self.text if self.keep_text else None, MAX_STREAM_CHUNKS
+            )
 
     def rx_booked(self, nbytes: int, t_last: int) -> None:
         """What the reader booked since it last handed back, counted as if read here."""
         self.nbytes += nbytes
         self.t_last = t_last
-        if self.rx_first and self.chunks:  # the first token was one of them
-            self.rx_first = False
-            if self.block is not None:
-                self.block.first_token_ns[self.j] = self.chunks[0]
 
     def rx_let_go(self) -> None:
         """The reader stops reading this socket; what it booked counts as read here."""
