@@ -54,6 +54,8 @@ class KneeAborted(TailwiseError):
         self.result = result  # the trials run before the search stopped
 
 
+# what a trial keeps of each SLO's share within its threshold (summary ``slos[].within``)
+WITHIN_KEYS = ("share", "n", "needed", "level_ms", "threshold_ms")
 SETTLE_TRIALS = 3  # at most this many extra trials on each side to show the band's ends
 SETTLE_STEP = 0.8  # each settling trial goes this factor further down (1/this up)
 

@@ -22,13 +22,18 @@ from tests.clirun import run_cli
 MS = 1_000_000
 
 
-def test_looks_double_and_share_the_error_by_bonferroni() -> None:
+def test_looks_double_and_spend_the_error_by_size() -> None:
     looks = plan_looks(3000.0)
     assert looks.sizes == (FIRST_LOOK, 256, 512, 1024, 2048)
     assert looks.count == 6  # five looks while running, and the final summary
-    assert looks.confidence == pytest.approx(1 - 0.05 / 6)
+    # each look spends the run's 5% in proportion to its size; the final, the cap's 3,000
+    total = 128 + 256 + 512 + 1024 + 2048 + 3000
+    errors = [1 - c for c in looks.confidences]
+    assert errors == pytest.approx([0.05 * k / total for k in (128, 256, 512, 1024, 2048, 3000)])
+    assert sum(errors) == pytest.approx(0.05)  # the whole run's error, as asked
+    assert looks.confidence == looks.confidences[-1] == pytest.approx(1 - 0.05 * 3000 / total)
     assert plan_looks(100.0).sizes == () and plan_looks(100.0).confidence == pytest.approx(0.95)
-    assert plan_looks(3000.0, 0.8).confidence == pytest.approx(1 - 0.2 / 6)
+    assert sum(1 - c for c in plan_looks(3000.0, 0.8).confidences) == pytest.approx(0.2)
 
 
 def _summary(out: Path) -> dict[str, object]:
@@ -58,8 +63,8 @@ def test_a_clear_pass_stops_long_before_the_cap(
     assert seq["settled"] and str(seq["settled"]).startswith("decided after")
     assert not seq["reached_cap"]
     assert s["window"]["duration_s"] < 20  # 40 s allowed; a thousand requests decide
-    assert s["confidence"] == pytest.approx(seq["per_look_confidence"])
-    assert s["confidence"] > 0.95  # Bonferroni over the looks
+    assert s["confidence"] == pytest.approx(seq["per_look_confidence"][-1])
+    assert s["confidence"] > 0.95  # the looks spent the rest of the run's 5%
 
 
 def test_looks_judge_past_the_cold_start_as_the_summary_does(tmp_path: Path) -> None:

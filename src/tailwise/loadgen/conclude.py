@@ -137,7 +137,7 @@ def sequential_doc(out: Outcome) -> dict[str, Any]:
     return {
         "looks_planned": out.looks.count,
         "looks_taken": out.looked + 1,  # the final summary is a look too
-        "per_look_confidence": out.looks.confidence,
+        "per_look_confidence": list(out.looks.confidences),
         "overall_confidence": out.looks.overall,
         "settled": out.settled or None,
         "reached_cap": not out.settled and not out.interrupted and not out.stopped_early,

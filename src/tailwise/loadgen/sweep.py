@@ -23,7 +23,7 @@ from typing import Any
 
 from tailwise.errors import BadInput
 from tailwise.files import atomic_write_text
-from tailwise.knee import Outcome, knee_rps, steps_band
+from tailwise.knee import WITHIN_KEYS, Outcome, knee_rps, steps_band
 from tailwise.limits import MAX_CONCURRENCY, within
 from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
 from tailwise.metrics.verdict import point_passed, settled
@@ -277,9 +277,14 @@ def knee_trial(
             "attainment": s["rates"]["attainment"],
             "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
             "stopped_early": s.get("stopped_early"),
-            "client_could_flip": flipped,
+            # As the trial's own summary says it (any SLO's server bound), so that
+            # knee.json and the trial agree; ``client_decided``: that lag made the verdict.
+            "client_could_flip": any(
+                (e.get("server_bound") or {}).get("client_could_flip") for e in s["slos"]
+            ),
+            "client_decided": flipped,
             "within": [
-                {"spec": e["spec"], **{k: e["within"][k] for k in ("share", "n", "needed")}}
+                {"spec": e["spec"], **{k: e["within"].get(k) for k in WITHIN_KEYS}}
                 for e in s["slos"]
                 if e.get("within")
             ],

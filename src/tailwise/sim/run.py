@@ -388,7 +388,7 @@ def sim_trial(
     different sizes, are judged on samples of one size). Each trial is written
     to ``out_dir/trial-NN-R`` when given.
     """
-    from tailwise.knee import Outcome
+    from tailwise.knee import WITHIN_KEYS, Outcome
 
     base_s = parse_duration_ns(sc.arrival.duration or "60s", "scenario.arrival.duration") / 1e9
     counter = iter(range(1, 100_000))
@@ -413,7 +413,7 @@ def sim_trial(
             "throughput_rps": s["rates"]["throughput_rps"],
             "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
             "within": [
-                {"spec": e["spec"], **{k: e["within"][k] for k in ("share", "n", "needed")}}
+                {"spec": e["spec"], **{k: e["within"].get(k) for k in WITHIN_KEYS}}
                 for e in s["slos"]
                 if e.get("within")
             ],

@@ -1,0 +1,136 @@
+"""Verdicts that are right and decided: one-sided decisions, the heavy-tail guard, the
+overload rule, and the looks' error spending (DESIGN.md invariant 11; the full grid is
+``benchmarks/validation_grid.py``). Every truth here is a closed form or a recursion
+written for the test."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+import pytest
+
+from tailwise.loadgen.watch import plan_looks
+from tailwise.metrics.intervals import _overloaded, distribution_ci
+from tailwise.metrics.uncertainty import (
+    decide_within,
+    decision_level,
+    heavy_tailed,
+    tail_heaviness,
+)
+
+
+def mm1(lam: float, mu: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Sojourn times of an M/M/1 queue from empty, in arrival order (Lindley, vectorised)."""
+    a, s = rng.exponential(1 / lam, n), rng.exponential(1 / mu, n)
+    u = np.concatenate(([0.0], np.cumsum(s[:-1] - a[1:])))
+    return u - np.minimum.accumulate(np.minimum(u, 0.0)) + s
+
+
+def fcfs(gaps: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:
+    """Sojourn times of a FCFS queue with ``servers`` servers (Kiefer-Wolfowitz, a heap)."""
+    free = [0.0] * servers
+    t, out = 0.0, np.empty(len(gaps))
+    for i, (gap, job) in enumerate(zip(gaps.tolist(), service.tolist(), strict=True)):
+        t += gap
+        start = max(heapq.heappop(free), t)
+        heapq.heappush(free, start + job)
+        out[i] = start + job - t
+    return out
+
+
+def test_a_verdict_is_one_sided_at_its_confidence() -> None:
+    assert decision_level(0.95) == pytest.approx(0.90)
+    assert decision_level(0.8) == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="confidence"):
+        decision_level(0.4)
+
+
+def test_one_sided_verdicts_stay_under_their_error_at_the_threshold() -> None:
+    """Independent exponential values (1/mu = 20 ms) against a threshold 3% under the
+    true p99: a pass is wrong; at 95% it may be decided in at most 5% of runs (here, with
+    200 runs, at most 8%: three standard errors)."""
+    rng = np.random.default_rng(39)
+    truth = 0.02 * math.log(100)
+    wrong = sum(
+        decide_within(rng.exponential(0.02, 20_000), 0.97 * truth, 0.99, decision_level(0.95))[2]
+        == "pass"
+        for _ in range(200)
+    )
+    assert wrong <= 16
+
+
+def test_a_clear_pass_at_low_load_is_decided_within_the_looks_of_a_3_minute_cap() -> None:
+    """M/M/1 at 42% load (21/s, 20 ms): p99 158.8 ms against 300 ms. The old rule (two-
+    sided 95% at each of 6 looks, an equal Bonferroni split) left 3,620 requests with no
+    miss "inconclusive"; spending the error by look size and deciding one-sided, the
+    final summary of the cap's 3,780 requests decides it (and no look decides a fail)."""
+    rng = np.random.default_rng(2026)
+    looks = plan_looks(21 * 180)
+    final = decision_level(looks.confidence)
+    old = 1 - 0.05 / 6  # the old rule: two-sided, at each of 6 looks
+    runs = [mm1(21.0, 50.0, 21 * 180, rng) for _ in range(8)]
+    now = [decide_within(x, 0.3, 0.99, final)[2] for x in runs]
+    before = [decide_within(x, 0.3, 0.99, old)[2] for x in runs]
+    assert now.count("pass") >= 6 and "fail" not in now
+    assert before.count("pass") < now.count("pass")
+
+
+def test_an_exponential_tail_is_not_heavy_and_a_power_law_is() -> None:
+    rng = np.random.default_rng(5)
+    light = [tail_heaviness(mm1(47.5, 50.0, 5_000, rng)) for _ in range(20)]
+    assert max(light) < 2.0 and not heavy_tailed(rng.exponential(1.0, 50_000))
+    pareto = rng.pareto(1.5, 50_000) + 1.0  # tail index 1.5: xi = 0.67
+    assert tail_heaviness(pareto) > 3.0 and heavy_tailed(pareto)
+    assert tail_heaviness(pareto[:999]) == 0.0  # under 1,000 values: nothing to read
+
+
+def test_a_heavy_tailed_multi_server_queue_is_never_passed_and_gets_no_interval() -> None:
+    """4 FCFS servers at 80% load, lognormal service (sigma 2, mean 20 ms): the steady
+    state's p99 is about 1.8 s, a run of 5,000 requests usually shows ~170 ms. Where the
+    sample shows its giant jobs (a power-law top), a 500 ms p99 is not passed and no
+    interval is given; where it shows none, the run still decides nothing it cannot."""
+    rng = np.random.default_rng(11)
+    flagged = passed_flagged = 0
+    for _ in range(12):
+        gaps = rng.exponential(0.02 / (0.8 * 4), 5_000)
+        x = fcfs(gaps, 0.02 * rng.lognormal(-2.0, 2.0, 5_000), 4)
+        if heavy_tailed(x):
+            flagged += 1
+            passed_flagged += decide_within(x, 0.5, 0.99, 0.9)[2] == "pass"
+            ci = distribution_ci(x)
+            assert all(v is None for v in ci["ci"].values())
+            assert "heavy tail" in ci["ci_note"]["p99"]
+    assert flagged >= 6 and passed_flagged == 0
+
+
+def _four_rising_quarters(x: np.ndarray, threshold: float) -> bool:
+    """The old overload rule, kept here to show its trap: four rising quarter medians,
+    the last over twice the first, and the last quarter short of 99% within."""
+    quarters = np.array_split(x, 4)
+    medians = [float(np.median(q)) for q in quarters]
+    return (
+        medians == sorted(medians)
+        and medians[3] > 2 * medians[0]
+        and float(np.mean(quarters[3] <= threshold)) < 0.99
+    )
+
+
+def test_a_giant_job_draining_is_not_an_overloaded_queue_but_a_queue_past_capacity_is() -> None:
+    """The overload rule ("latency still rising") shows a failure no interval can: it
+    must fire for a queue past its capacity, and not for a stationary one where a giant
+    job late in the window left a backlog (M/M/1 at 70% load plus one 20 s job at 85% of
+    the run: the old rule's four rising quarters fired on such runs)."""
+    rng = np.random.default_rng(3)
+    n, old, new = 8_000, 0, 0
+    for _ in range(40):
+        service = rng.exponential(0.02, n)
+        service[int(0.85 * n)] = 20.0
+        x = fcfs(rng.exponential(0.02 / 0.7, n), service, 1)
+        old += _four_rising_quarters(x, 0.3)
+        new += _overloaded(x, 0.3, 0.99)
+    assert old >= 3  # the trap is real for these seeds
+    assert new == 0
+    over = mm1(60.0, 50.0, 4_000, rng)  # 120% load: the queue keeps growing
+    assert _overloaded(over, 0.3, 0.99)
