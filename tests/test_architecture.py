@@ -61,6 +61,7 @@ LAYERS: Layers = (
             "tailwise.metrics",
             "tailwise.capacity",
             "tailwise.knee",
+            "tailwise.knee_law",  # the load law a knee search reads its levels with
             "tailwise.plan",
             "tailwise.laws",  # queueing laws shared by the demo server and the simulator
             "tailwise.instrument",  # in-process tracking: a library services import

@@ -58,7 +58,7 @@ def test_placement_decides_both_ends_near_the_knee_without_trials_at_it(noise: f
     )
     result = search.run(10.0, 0.5, 1e5)
     assert result.knee_rps == pytest.approx(TRUTH, rel=0.10)
-    assert result.method == "load law"
+    assert result.method == "levels"
     lo, hi = result.band_rps or (None, None)
     assert lo is not None and hi is not None
     assert 0.75 * TRUTH <= lo < TRUTH < hi <= 1.25 * TRUTH
@@ -80,9 +80,10 @@ def test_without_a_level_the_search_bisects_as_before() -> None:
 
 
 def test_an_end_that_comes_out_the_other_way_refits_and_places_again() -> None:
-    """The steering trials' levels read 30% low (a law that puts the knee too high):
-    the firm trial at the high end passes, the law is refitted with its exact level,
-    and the band still closes around the true knee."""
+    """The steering trials (300 requests each) read their levels 30% low: the knee is
+    placed too high, the firm trial at the low end (3,000 requests, an exact level)
+    does not pass, the levels are read again with it, and the band still closes around
+    the true knee."""
 
     def biased(firm: bool):  # type: ignore[no-untyped-def]
         inner = mm1_trial(firm)
@@ -91,6 +92,7 @@ def test_an_end_that_comes_out_the_other_way_refits_and_places_again() -> None:
             out = inner(rate)
             if not firm:
                 for w in out.detail["within"]:
+                    w["n"] = 300
                     if w["level_ms"] is not None:
                         w["level_ms"] *= 0.7
             return out

@@ -19,6 +19,20 @@ the search), and ``decided``, what its sample supports at its confidence:
    and stop sooner) and settles with trials at the full confidence: only *firm*
    trials, decided at the search's confidence, make the band.
 
+**Placement** (``place=True``, the measured and simulated ``tailwise knee``): after
+the bracket, a load law fitted to the trials' levels (:mod:`tailwise.knee_law`: each
+SLO's p99, or the level its share needs, against the rate) puts the knee where it
+crosses the threshold, and the band's two ends where a trial decides quickly: ``L``
+where the law puts the level at :data:`PASS_RATIO` of the threshold, ``H`` where it
+puts it at :data:`FAIL_RATIO`, each kept within :data:`BAND_REACH` of the knee. One
+firm trial at each end (``confirm``); an end it leaves undecided moves out by
+:data:`SETTLE_STEP`, an end that comes out the other way refits the law with it and
+places the ends again. No trial is spent where the sample cannot decide (near the
+knee, a bisection's trials ran to their cap one after another: 21 minutes for an
+M/M/1 server); the knee is the law's crossing, refitted on every trial, clipped to
+the band. Without a law (fewer than two rates with a level, or none that rises
+through them) the search bisects as above.
+
 ``knee_rps`` is the point estimate: the highest tested rate at which every
 trial, at it and at every lower tested rate, passed on its point estimates
 (never an interpolation), and never below ``band_rps[0]``. ``band_rps`` is
@@ -40,6 +54,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tailwise import knee_law
 from tailwise.errors import TailwiseError
 from tailwise.metrics.verdict import point_passed, settled
 
@@ -58,6 +73,11 @@ class KneeAborted(TailwiseError):
 WITHIN_KEYS = ("share", "n", "needed", "level_ms", "threshold_ms")
 SETTLE_TRIALS = 3  # at most this many extra trials on each side to show the band's ends
 SETTLE_STEP = 0.8  # each settling trial goes this factor further down (1/this up)
+BAND_AT = (0.78, 1.15)  # the band's firm trials, as shares of the estimated knee
+BAND_REACH = (0.75, 1.25)  # an end already shown this near the knee needs no new trial
+PROBES = 1  # a short steering trial at the estimated knee, before the firm ones
+PROBE_NEAR = 0.04  # a trial this near the estimate already is a probe
+PLACE_ROUNDS = 3  # re-placements after an end came out the other way
 
 
 @dataclass(frozen=True)
@@ -93,7 +113,8 @@ class KneeResult:
     band_rps: tuple[float | None, float | None] | None
     trials: list[TrialRecord]
     note: str = ""
-    method: str = "bisection"  # how knee_rps was found: bisection | fit | shown to hold
+    # how knee_rps was found: bisection | fit | levels | shown to hold
+    method: str = "bisection"
 
     @property
     def undecided_rps(self) -> list[float]:
@@ -180,6 +201,7 @@ class KneeSearch:
         max_trials: int = 30,
         on_trial: Callable[[TrialRecord], None] | None = None,
         confirm: Trial | None = None,
+        place: bool = False,
     ) -> None:
         """``confirm`` runs the settling trials (at the search's full confidence) when the
         steering ``trial`` decides at less; by default ``trial`` runs them too."""
@@ -191,6 +213,7 @@ class KneeSearch:
         self.repeats = repeats
         self.max_trials = max_trials
         self.on_trial = on_trial or (lambda t: None)
+        self.place = place
         self.trials: list[TrialRecord] = []
 
     def _run(self, rate: float, phase: str, trial: Trial | None = None) -> bool:
@@ -225,6 +248,8 @@ class KneeSearch:
             if bracket is None:
                 return self._unbracketed(floor_rps, ceiling_rps)
             lo, hi = bracket
+            if self.place and self._placed(lo, hi, floor_rps, ceiling_rps):
+                return self._result()
             while (hi - lo) / lo > self.resolution:
                 mid = (lo + hi) / 2
                 if self._run(mid, "bisect"):
@@ -240,6 +265,50 @@ class KneeSearch:
             result.note = str(exc)
             raise KneeAborted(str(exc), result) from None
         return self._result()
+
+    def _placed(self, lo: float, hi: float, floor: float, ceiling: float) -> bool:
+        """The placement phase of the module docstring, after the bracket ``[lo, hi]``;
+        False when no trial has a level (the search then bisects)."""
+        if not _levels(self.trials):
+            return False
+        # No crossing to read yet (the failing end's level is reached by failures):
+        # the first probe goes to the bracket's geometric middle.
+        knee = level_knee(self.trials) or math.sqrt(lo * hi)
+        for _ in range(PROBES):  # short steering trials where the knee is thought to be
+            if any(abs(t.rate_rps / knee - 1) <= PROBE_NEAR for t in self.trials):
+                break
+            self._run(min(max(knee, floor), ceiling), "probe")
+            knee = level_knee(self.trials) or knee
+        for _ in range(PLACE_ROUNDS + 1):
+            low, high = max(knee * BAND_AT[0], floor), min(knee * BAND_AT[1], ceiling)
+            if self._show(low, "low", knee, floor, ceiling) and self._show(
+                high, "high", knee, floor, ceiling
+            ):
+                return True
+            knee = level_knee(self.trials) or knee  # an end came out the other way
+        return True
+
+    def _show(self, rate: float, end: str, knee: float, floor: float, ceiling: float) -> bool:
+        """Run firm trials from ``rate`` outwards until this end of the band is shown
+        (True; also when it already is, near enough the knee, or when the trials run
+        out), or until one comes out the other way (False: the law is refitted)."""
+        low, high = decided_band(self.trials)
+        if end == "low" and low is not None and low >= knee * BAND_REACH[0]:
+            return True
+        if end == "high" and high is not None and high <= knee * BAND_REACH[1]:
+            return True
+        want = "pass" if end == "low" else "fail"
+        for _ in range(SETTLE_TRIALS):
+            if not floor <= rate <= ceiling:
+                return True  # nowhere left to look: the end stays unknown
+            self._run(rate, "place", self.confirm)
+            got = self.trials[-1].settled
+            if got == want:
+                return True
+            if got != "inconclusive":
+                return False
+            rate = rate * SETTLE_STEP if end == "low" else rate / SETTLE_STEP
+        return True
 
     def _settle(self, lo: float, hi: float, floor: float, ceiling: float) -> None:
         """Try rates further out until each end of the band is shown (see the docstring)."""
@@ -269,7 +338,10 @@ class KneeSearch:
         shown = decided_band(self.trials)
         fitted = fitted_knee(self.trials, shown)
         method = "bisection"
-        if fitted is not None and knee is not None:
+        modelled = level_knee(self.trials) if self.place else None
+        if modelled is not None and (knee is not None or shown[0] is not None):
+            knee, method = _clip(modelled, shown), "levels"
+        elif fitted is not None and knee is not None:
             knee, method = fitted, "fit"
         if shown[0] is not None and knee is not None and knee < shown[0]:
             knee, method = shown[0], "shown to hold"
@@ -379,3 +451,86 @@ def band(trials: list[TrialRecord]) -> tuple[float | None, tuple[float, float] |
     if low is None or high is None:
         return low, None
     return low, (low, high)
+
+
+def level_knee(trials: list[TrialRecord]) -> float | None:
+    """Where the trials' levels cross their thresholds (the lowest rate over the SLOs).
+
+    Each trial keeps, per SLO, the metric's value at the share needed (``within``:
+    ``level_ms``, its p99 for a p99 SLO). :mod:`tailwise.knee_law`'s ``a + b / (C -
+    rate)``, fitted to every level (exact for M/M/1, whose p99 is ``ln(100) / (mu -
+    rate)``), is read where it crosses the threshold, when that lies inside the levels'
+    bracket (between the highest rate whose level is under the threshold and the lowest
+    above it). Otherwise (a batching engine's TTFT, flat until its slots fill, climbs
+    faster than any such law) the crossing is read on a straight line of the level's log
+    between the bracket's two ends; without a bracket, on the law alone, kept within
+    half the lowest and twice the highest rate tried. None when no SLO has two levels."""
+    crossings = []
+    for points in _levels(trials).values():
+        rate = _level_crossing(points)
+        if rate is not None and rate > 0:
+            crossings.append(rate)
+    return min(crossings) if crossings else None
+
+
+def _level_crossing(points: list[_Level]) -> float | None:
+    threshold = points[0].threshold_ms
+    below = [p for p in points if p.level_ms is not None and p.level_ms <= threshold]
+    lo = max(below, key=lambda p: p.rate_rps, default=None)
+    above = [
+        p
+        for p in points
+        if (p.level_ms is None or p.level_ms > threshold)
+        and (lo is None or p.rate_rps > lo.rate_rps)
+    ]
+    hi = min(above, key=lambda p: p.rate_rps, default=None)
+    law = knee_law.fit([p.point() for p in points], threshold)
+    by_law = law.rate_at(threshold) if law is not None else None
+    if lo is not None and hi is not None:
+        if by_law is not None and lo.rate_rps <= by_law <= hi.rate_rps:
+            return by_law
+        if hi.level_ms is not None and lo.level_ms:
+            slope = math.log(hi.level_ms / lo.level_ms) / (hi.rate_rps - lo.rate_rps)
+            return lo.rate_rps + math.log(threshold / lo.level_ms) / slope
+        return None
+    if by_law is None:
+        return None
+    tried = [p.rate_rps for p in points]
+    return min(max(by_law, min(tried) / 2), max(tried) * 2)
+
+
+@dataclass(frozen=True)
+class _Level:
+    rate_rps: float
+    level_ms: float | None  # None: failures reach the share needed
+    threshold_ms: float
+    tail: float  # values beyond the level, n (1 - needed): the law's weight
+
+    def point(self) -> knee_law.Point:
+        level = self.level_ms if self.level_ms is not None else math.inf
+        return knee_law.Point(self.rate_rps, level, self.tail)
+
+
+def _levels(trials: list[TrialRecord]) -> dict[str, list[_Level]]:
+    """Each SLO's levels over the trials that kept one."""
+    out: dict[str, list[_Level]] = {}
+    for t in trials:
+        for w in t.detail.get("within") or []:
+            threshold = w.get("threshold_ms")
+            if threshold is None or "level_ms" not in w:
+                continue
+            level = None if w["level_ms"] is None else float(w["level_ms"])
+            tail = float(w.get("n") or 0) * (1.0 - float(w["needed"]))
+            out.setdefault(str(w["spec"]), []).append(
+                _Level(t.rate_rps, level, float(threshold), tail)
+            )
+    return out
+
+
+def _clip(knee: float, shown: tuple[float | None, float | None]) -> float:
+    lo, hi = shown
+    if lo is not None:
+        knee = max(knee, lo)
+    if hi is not None:
+        knee = min(knee, hi)
+    return knee

@@ -43,6 +43,8 @@ window.addEventListener('load', function () {
     sections: all('section.step').map(function (s) { return s.id; }),
     errorBodies: all('pre.error-body').map(function (p) { return p.textContent; }),
     warnings: all('.warning').map(function (p) { return p.textContent; }),
+    notes: all('.note').map(function (p) { return p.textContent; }),
+    band: (document.getElementById('band') || {}).textContent || '',
     scripts: all('script').length,
     bold: all('b.injected').length
   };
@@ -128,7 +130,11 @@ def test_sweep_report_in_chromium(
         if r["verdict"] != "pass" and r["verdict"] != "fail"
     ]
     assert found["untrusted"] == bad and "120/s" in bad
-    assert any("inconclusive" in w for w in found["warnings"])
+    # An undecided step is said to be undecided, not "not to be trusted" (that is an
+    # invalid step's), and the band says the level its ends were decided at.
+    assert any("could not decide" in n and "120/s" in n for n in found["notes"])
+    assert not any("120/s" in w for w in found["warnings"])
+    assert "decided at 95% confidence" in found["band"]
     charts = {c["id"]: c for c in found["charts"]}
     assert {"chart-throughput_goodput", "chart-latency_vs_load", "chart-spectra"} <= set(charts)
     assert {f"chart-step-{i}-step-0{i}-over-time" for i in (1, 2, 3)} <= set(charts)

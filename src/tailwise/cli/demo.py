@@ -12,8 +12,13 @@ from tailwise.errors import BadInput
 
 
 @click.command()
-@click.option("--window", default="6s", show_default=True, help="Measurement window per step.")
-@click.option("--rates", help="Offered rates to sweep (default 4,8,...,32,40).")
+@click.option(
+    "--window",
+    default="auto",
+    show_default=True,
+    help="Measurement window per step: auto (until the SLO is decided, up to 15 s) or e.g. 10s.",
+)
+@click.option("--rates", help="Offered rates to sweep (default 30,60,80,100,120,150).")
 def demo(window: str, rates: str | None) -> None:
     """Start the built-in LLM server and sweep it past its knee (no server of your own needed)."""
     from tailwise.demo import DEMO_RATES, run_demo

@@ -12,6 +12,7 @@ import click
 from tailwise.cli.options import invoked_argv, run_options
 from tailwise.errors import BadInput
 from tailwise.files import atomic_write_text, output_directory
+from tailwise.units import parse_confidence
 
 
 @click.command()
@@ -25,6 +26,7 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
 
     kw["slo"] = list(kw["slo"])
     kw["header"] = list(kw["header"])
+    kw["confidence"] = parse_confidence(kw.get("confidence", 0.95))
     opts = RunOptions(urls=list(urls), **kw)
     prepared = prepare(opts)
     directory = run_directory(opts, prepared.targets[0])
@@ -70,6 +72,7 @@ def _base_options(urls: tuple[str, ...], command: str, kw: dict[str, Any]) -> An
     kw["slo"] = list(kw["slo"])
     kw["header"] = list(kw["header"])
     kw["name"] = kw.get("name") or command
+    kw["confidence"] = parse_confidence(kw.get("confidence", 0.95))
     return RunOptions(urls=list(urls), **kw)
 
 
@@ -205,6 +208,7 @@ def knee(
     from tailwise.loadgen.sweep import (
         CONFIRM_MAX_DURATION,
         STEER_CONFIDENCE,
+        STEER_MAX_DURATION,
         knee_trial,
     )
     from tailwise.units import parse_count, parse_fraction, parse_rate_rps
@@ -240,13 +244,18 @@ def knee(
                     "a fixed --warmup to stop lost trials early",
                     err=True,
                 )
+        # Steering trials only choose the next rate and give the load law a point: a
+        # short cap, as a trial near the knee cannot decide anyway (the firm trials that
+        # make the band are placed where they can).
+        level = float(opts.confidence)
         trial = knee_trial(
-            opts, out_dir, least, early_stop, STEER_CONFIDENCE if sequential else 0.95
-        )
+            opts, out_dir, least, early_stop, min(STEER_CONFIDENCE, level) if sequential
+            else level, STEER_MAX_DURATION,
+        )  # fmt: skip
         # No early stop for a settling trial: a loss certain for its planned sample is not
         # yet *shown* at 95%, and the sequential looks stop it once it is.
         confirm = knee_trial(
-            opts, out_dir, least, not sequential and early_stop, 0.95, CONFIRM_MAX_DURATION,
+            opts, out_dir, least, not sequential and early_stop, level, CONFIRM_MAX_DURATION,
             prefix="settle",
         )  # fmt: skip
         slo_specs = list(opts.slo)
@@ -258,11 +267,17 @@ def knee(
                 if t.settled != "inconclusive"
                 else ("inconclusive (point: " + ("pass" if t.passed else "fail") + ")")
             )
+            if not t.firm and t.settled != "inconclusive":
+                mark += " (steering, 80%)"
             n = t.detail.get("requests")
             size = f"  {n} requests in {t.detail.get('window_s', 0):.0f}s" if n else ""
             click.echo(f"  {t.phase:<8} {t.rate_rps:10.4g}/s  {mark}{size}", err=True)
 
-    search = KneeSearch(trial, resolution=res, repeats=repeats, on_trial=on_trial, confirm=confirm)
+    # --repeats asks for bisection's final bracket, run again: placement has none.
+    search = KneeSearch(
+        trial, resolution=res, repeats=repeats, on_trial=on_trial, confirm=confirm,
+        place=repeats == 0,
+    )  # fmt: skip
     code = 0
     try:
         result = search.run(first, lo, hi)
@@ -272,6 +287,7 @@ def knee(
             sys.exit(3)
         result, code = exc.result, 3
     doc = result.to_json(slo_specs)
+    doc["confidence"] = float(opts.confidence) if not scenario else 0.95
     atomic_write_text(out_dir / "knee.json", json.dumps(doc, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(doc, indent=2))
@@ -306,14 +322,26 @@ def _print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
     if knee_rps is None:
         click.echo("knee      none found", err=stderr)
     else:
-        click.echo(f"knee      {knee_rps:.4g}/s  ({len(doc['trials'])} trials)", err=stderr)
+        how = {"levels": ", where the levels cross", "fit": ", fitted"}.get(
+            doc.get("knee_method", ""), ""
+        )
+        click.echo(f"knee      {knee_rps:.4g}/s  ({len(doc['trials'])} trials{how})", err=stderr)
     if band:
         held = f"{band[0]:.4g}/s" if band[0] is not None else "no rate tried"
         failed = f"{band[1]:.4g}/s" if band[1] is not None else "no rate tried"
-        click.echo(f"band      shown to hold at {held}, shown to fail at {failed}", err=stderr)
+        level = f"{100 * float(doc.get('confidence') or 0.95):.4g}%"
+        click.echo(
+            f"band      shown to hold at {held}, shown to fail at {failed} (decided at "
+            f"{level} confidence)",
+            err=stderr,
+        )
     if doc.get("undecided_rps"):
         rates = ", ".join(f"{r:.4g}" for r in doc["undecided_rps"])
-        click.echo(f"undecided {rates} /s: those trials could not decide", err=stderr)
+        click.echo(
+            f"between   {rates} /s: not decided at the band's confidence (steering trials "
+            "decide at 80% at most; near the knee a sample cannot decide)",
+            err=stderr,
+        )
     if doc["note"]:
         click.echo(f"note      {doc['note']}", err=stderr)
     click.echo(f"saved     {directory}/knee.json", err=stderr)

@@ -38,7 +38,14 @@ def run_options(f: F) -> F:
         click.option(
             "--duration",
             help="Measurement window, e.g. 60s (default 10s), or auto: until every SLO is "
-            "decided at 95% confidence, up to --max-duration.",
+            "decided at --confidence, up to --max-duration.",
+        ),
+        click.option(
+            "--confidence",
+            default="95%",
+            show_default=True,
+            help="How sure a verdict must be (80%-99.9%): a pass or fail is wrong at most "
+            "1 - this; intervals are shown at this level. Lower decides sooner.",
         ),
         click.option(
             "--max-duration",

@@ -202,6 +202,7 @@ def run_info(
         rows_on_disk=rows_on_disk,
         llm=p.streaming,
         percentiles=p.percentiles,
+        confidence=float(p.opts.confidence),
     )
 
 

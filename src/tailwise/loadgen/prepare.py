@@ -21,7 +21,7 @@ import os
 import random
 import re
 import resource
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,7 @@ from tailwise.loadgen.trace_bodies import Replay, read_replay, trace_prompts
 from tailwise.loadgen.watch import LossWatch, Sequential, plan_looks
 from tailwise.metrics.percentiles import parse_percentiles
 from tailwise.metrics.slo import SLO, parse_slo
-from tailwise.units import parse_count, parse_duration_ns, parse_fraction
+from tailwise.units import parse_confidence, parse_count, parse_duration_ns, parse_fraction
 
 DEFAULT_MAX_IN_FLIGHT = 10_000  # per process, when the user sets no --max-in-flight
 
@@ -74,9 +74,10 @@ class RunOptions:
     trace_speed: str | None = None  # with --arrival trace:FILE: "2x" replays twice as fast
     duration: str | None = None  # "auto": until every SLO is decided, up to max_duration
     max_duration: str | None = None  # the cap of --duration auto (None: 300s)
-    # --duration auto: the whole run's confidence in its decisions (knee steering trials
+    # How sure every verdict must be (--confidence; a float or "95%"), and under --duration
+    # auto the whole run's confidence in its decisions (knee steering trials
     # use less: they only choose the next rate; see tailwise.knee)
-    confidence: float = 0.95
+    confidence: float | str = 0.95
     requests: int | str | None = None
     warmup: str = "auto"  # MSER-5's transient (tailwise.metrics.steady), or a duration
     seed: int = 0
@@ -294,6 +295,7 @@ def check_seed(seed: object, field: str = "--seed") -> int:
 
 def prepare(o: RunOptions) -> Prepared:
     check_seed(o.seed)
+    o = replace(o, confidence=parse_confidence(o.confidence))
     warmup_ns = 0 if o.warmup == "auto" else parse_duration_ns(o.warmup, "--warmup")
     horizon_ns, max_count = _window(o, warmup_ns)
     replay = read_replay(o.arrival, o.trace_speed, horizon_ns, max_count)
@@ -505,7 +507,7 @@ def sequential(p: Prepared) -> Sequential | None:
     if p.scaled_out:
         raise BadInput("--duration", "auto", "a fixed duration with --workers or --ray")
     assert p.horizon_ns is not None
-    looks = plan_looks(float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9, p.opts.confidence)
+    looks = plan_looks(float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9, float(p.opts.confidence))
     window = (p.warmup_ns, p.horizon_ns)
     return Sequential(p.slos, window, looks, auto_warmup=p.opts.warmup == "auto")
 

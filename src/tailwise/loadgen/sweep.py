@@ -96,7 +96,9 @@ def step_row(step: Step) -> dict[str, Any]:
     return row
 
 
-def sweep_json(steps: list[Step], target: Any, slos: list[str], note: str) -> dict[str, Any]:
+def sweep_json(
+    steps: list[Step], target: Any, slos: list[str], note: str, confidence: float = 0.95
+) -> dict[str, Any]:
     closed = any(s.summary.get("mode") == "closed" for s in steps)
     return {
         "schema": SCHEMA,
@@ -107,6 +109,7 @@ def sweep_json(steps: list[Step], target: Any, slos: list[str], note: str) -> di
         "steps": [step_row(s) for s in steps],
         "knee_rps": knee_rps(steps),
         "band_rps": list(band) if (band := steps_band(steps)) else None,
+        "confidence": confidence,  # the level every step's verdict was decided at
         "note": note,
     }
 
@@ -197,7 +200,10 @@ class Sweep:
 
     def write(self) -> dict[str, Any]:
         first = self.steps[0].summary if self.steps else {}
-        doc = sweep_json(self.steps, first.get("target"), list(self.base.slo), self.note)
+        doc = sweep_json(
+            self.steps, first.get("target"), list(self.base.slo), self.note,
+            float(self.base.confidence),
+        )  # fmt: skip
         doc.update(self.extra)
         atomic_write_text(self.out_dir / "sweep.json", json.dumps(doc, indent=2) + "\n")
         return doc
@@ -213,6 +219,7 @@ def _round_rate(rate: float) -> float:
 
 TRIAL_MAX_DURATION = "120s"  # the cap of a sequential knee trial or sweep step
 STEER_CONFIDENCE = 0.80  # a knee's steering trials: they choose the next rate, no more
+STEER_MAX_DURATION = "20s"  # and their cap: near the knee they cannot decide anyway
 CONFIRM_MAX_DURATION = "300s"  # the cap of a knee's settling trial (full confidence)
 
 
@@ -293,7 +300,7 @@ def knee_trial(
             "verdict_reason": s["verdict_reason"],
             "directory": str(result.directory),
         }
-        firm = not sequential or confidence >= base.confidence
+        firm = not sequential or confidence >= float(base.confidence)
         return Outcome(point_pass, invalid, detail, decided, firm)
 
     return trial

@@ -73,7 +73,8 @@ __all__ = ["CI_KEYS", "annotate", "compose", "distribution_ci"]
 
 CI_KEYS = (*QUANTILES, "mean")
 NS_PER_MS = 1e6
-RISING_SEGMENTS = 8  # an overloaded queue's medians rise through every one of these
+RISING_SEGMENTS = 8  # an overloaded queue's medians climb through these
+RISING_TAU = 0.6  # ... with at least this much of Kendall's tau
 RISING_NOTE = (
     "latency still rising at the window's end (an overloaded queue): decided on that trend"
 )
@@ -284,14 +285,18 @@ def _settle(
 
 
 def _overloaded(x: np.ndarray, threshold: float, needed: float) -> bool:
-    """A queue that is still filling: the medians of the window's eight eighths rise
-    one after another, the last over twice the first, and the last eighth misses the
-    share needed (on Wilson's bound too). Its memory defeats every interval, yet it can
-    only get worse: the failure is shown. A cold start that fades falls instead. Four
-    quarters were too few: a stationary M/G/1 at 70% load with a heavy-tailed service
-    (one giant job, then its backlog draining) climbed through four quarters in 6 of 29
-    runs and was "shown to fail" at 1.5x its true p99; eight rising eighths need the
-    climb to go on through the whole window, as a queue past its capacity does."""
+    """A queue that is still filling: the medians of the window's eight eighths climb
+    (Kendall's tau over them at least :data:`RISING_TAU`), the last over twice the
+    first, and the last eighth misses the share needed (on Wilson's bound too). Its
+    memory defeats every interval, yet it can only get worse: the failure is shown. A
+    cold start that fades falls instead.
+
+    Four rising quarters were the rule before: a stationary M/G/1 at 70% load with a
+    heavy-tailed service (one giant job, then its backlog draining) climbed through four
+    quarters now and then and was "shown to fail" at 1.5x its true p99 (6 of 29 runs in
+    one trial); eight strictly rising eighths missed half of the runs 4% past capacity.
+    The trend over eight eighths fires on 97% of those (M/M/1, 2 ms, 520/s, 20 s) and on
+    0.5% of 200 runs of the M/G/1 (lognormal sigma 1.5, 5,000 requests) at 1.5x its p99."""
     n = len(x)
     if n < RISING_SEGMENTS * MIN_BATCHES:
         return False
@@ -299,9 +304,16 @@ def _overloaded(x: np.ndarray, threshold: float, needed: float) -> bool:
     capped = np.minimum(x, finite.max() if len(finite) else threshold)
     size = n // RISING_SEGMENTS
     medians = [float(np.median(capped[k * size : (k + 1) * size])) for k in range(RISING_SEGMENTS)]
-    rising = all(a < b for a, b in itertools.pairwise(medians)) and medians[-1] > 2 * medians[0]
+    rising = _kendall_tau(medians) >= RISING_TAU and medians[-1] > 2 * medians[0]
     good = int((x[-size:] <= threshold).sum())
     return rising and wilson_interval(good, size)[1] < needed
+
+
+def _kendall_tau(values: Sequence[float]) -> float:
+    """Kendall's tau of ``values`` against their order: 1 when they only rise."""
+    pairs = list(itertools.combinations(values, 2))
+    signs = sum((b > a) - (b < a) for a, b in pairs)
+    return signs / len(pairs) if pairs else 0.0
 
 
 def _in_ms(e: Estimate) -> Estimate:

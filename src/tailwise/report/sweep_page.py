@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tailwise.records import read_jsonl
-from tailwise.report.charts import UNTRUSTED, Chart, StepData
+from tailwise.report.charts import Chart, StepData
 from tailwise.report.html import (
     esc,
     figure,
@@ -50,7 +50,7 @@ def load_steps(doc: dict[str, Any], directory: Path, records: bool = True) -> li
 def _verdict_cell(row: dict[str, Any], knee: Any) -> str:
     verdict = str(row.get("verdict", "?"))
     mark = " ◀ knee" if knee is not None and row.get("offered_rps") == knee else ""
-    warn = " ⚠ not trusted" if verdict in UNTRUSTED else ""
+    warn = {"invalid": " ⚠ not trusted", "inconclusive": " ? undecided"}.get(verdict, "")
     return f"<td class='verdict {esc(verdict)}'>{esc(verdict)}{warn}{mark}</td>"
 
 
@@ -83,9 +83,14 @@ def step_section(s: StepData, charts: list[Chart]) -> str:
         f"<h2>Step {s.index}: {esc(s.label)} <span class='{esc(verdict)}'>{esc(verdict)}</span>"
         "</h2>",
     ]
-    if verdict in UNTRUSTED:
+    if verdict == "invalid":
         parts.append(
-            f"<p class='warning'>This step is {esc(verdict)}: {esc(row.get('verdict_reason'))}</p>"
+            f"<p class='warning'>This step is invalid: {esc(row.get('verdict_reason'))}</p>"
+        )
+    elif verdict == "inconclusive":
+        parts.append(
+            "<p class='note'>This step's sample could not decide: "
+            f"{esc(row.get('verdict_reason'))}</p>"
         )
     if s.summary is not None:
         parts += run_sections(s.summary)
@@ -120,10 +125,25 @@ def sweep_page(
         )
     if doc.get("note"):
         body.append(f"<p class='note'>{esc(doc['note'])}</p>")
-    bad = [s for s in steps if not s.trusted]
-    if bad:
-        names = ", ".join(f"{s.label} ({s.row.get('verdict')})" for s in bad)
-        body.append(f"<p class='warning'>Steps not to be trusted: {esc(names)}</p>")
+    band = doc.get("band_rps") or [None, None]
+    level = f"{100 * float(doc.get('confidence') or 0.95):.4g}%"
+    held = f"up to {band[0]:g}/s" if band[0] is not None else "at no rate"
+    failed = f"from {band[1]:g}/s" if band[1] is not None else "at no rate"
+    body.append(
+        f"<p id='band'>band: shown to hold {esc(held)}, shown to fail {esc(failed)} "
+        f"(decided at {esc(level)} confidence)</p>"
+    )
+    invalid = [s for s in steps if s.row.get("verdict") == "invalid"]
+    if invalid:
+        names = ", ".join(s.label for s in invalid)
+        body.append(f"<p class='warning'>Steps not to be trusted (invalid): {esc(names)}</p>")
+    undecided = [s for s in steps if s.row.get("verdict") == "inconclusive"]
+    if undecided:
+        names = ", ".join(s.label for s in undecided)
+        body.append(
+            f"<p class='note'>Steps whose sample could not decide (inconclusive; their numbers "
+            f"are as measured): {esc(names)}</p>"
+        )
     body += [
         "<h2>Steps</h2>",
         steps_table(steps, knee, llm),

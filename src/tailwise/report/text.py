@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
@@ -326,6 +327,8 @@ def _bound_text(slo: dict[str, Any], value: Any) -> str:
 def render(s: dict[str, Any], directory: str | None = None) -> Group:
     verdict = Text(f"verdict   {s['verdict'].upper()}", _VERDICT_STYLE[s["verdict"]])
     verdict.append(f"  {s['verdict_reason']}")
+    if s["verdict"] in ("pass", "fail", "inconclusive") and s.get("confidence"):
+        verdict.append(f" (decided at {_level_text(verdict_confidence(s))} confidence)", "dim")
     if s.get("verdict_hint"):
         verdict.append(f"\nhint      {s['verdict_hint']}", "dim")
     parts: list[Any] = [
@@ -341,8 +344,31 @@ def render(s: dict[str, Any], directory: str | None = None) -> Group:
     return Group(*parts)
 
 
+PIPED_WIDTH = 132  # a pipe or file has no width: rich's 80 cut the sweep table's verdicts
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console for tailwise's tables: the terminal's width, or a wide line in a pipe
+    (``| head``, a log file), where a wrapped table row reads as two."""
+    out = Console(stderr=stderr, highlight=False)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width = PIPED_WIDTH
+    return out
+
+
+def verdict_confidence(s: dict[str, Any]) -> float:
+    """The level a run's verdict was decided at: the whole run's in a sequential run (its
+    looks share it), else the summary's."""
+    seq = s.get("sequential") or {}
+    return float(seq.get("overall_confidence") or s.get("confidence") or 0.95)
+
+
+def _level_text(level: float) -> str:
+    return f"{100 * level:.4g}%"
+
+
 def print_summary(s: dict[str, Any], directory: str | None = None, *, stderr: bool = False) -> None:
-    Console(stderr=stderr, highlight=False).print(render(s, directory))
+    console(stderr=stderr).print(render(s, directory))
 
 
 def render_sweep(doc: dict[str, Any]) -> Group:
@@ -392,9 +418,9 @@ def render_sweep(doc: dict[str, Any]) -> Group:
         line = f"knee ◀    {knee:g}/s: the highest rate at which every SLO held as measured"
         parts.append(Text(line, "bold"))
     else:
-        parts.append(Text("knee      none: the lowest rate already failed", "bold yellow"))
+        parts.append(Text(_no_knee(steps), "bold yellow"))
     if doc.get("mode") != "closed" and "band_rps" in doc:
-        parts.append(_band_text(doc.get("band_rps")))
+        parts.append(_band_text(doc.get("band_rps"), float(doc.get("confidence") or 0.95)))
     if doc.get("slos"):
         parts.append(Text("SLOs      " + "  ".join(doc["slos"])))
     if doc.get("note"):
@@ -402,12 +428,27 @@ def render_sweep(doc: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
-def _band_text(band: list[float | None] | None) -> Text:
-    """What the steps *showed* at 95%, beside the point estimates' knee."""
+def _no_knee(steps: list[dict[str, Any]]) -> str:
+    """No knee: said as the lowest step's verdict says it (a step that missed only on its
+    point estimates was not shown to fail)."""
+    lowest = min(steps, key=lambda row: row.get("offered_rps") or 0.0, default=None)
+    if lowest is None:
+        return "knee      none: no step ran"
+    if lowest["verdict"] == "fail":
+        return "knee      none: the lowest rate already failed"
+    return (
+        f"knee      none: the lowest rate missed an SLO as measured (its verdict: "
+        f"{lowest['verdict']})"
+    )
+
+
+def _band_text(band: list[float | None] | None, confidence: float = 0.95) -> Text:
+    """What the steps *showed* at their confidence, beside the point estimates' knee."""
     held, failed = band or (None, None)
     shown = f"shown to hold up to {held:g}/s" if held is not None else "no rate shown to hold"
     shown += f", shown to fail from {failed:g}/s" if failed is not None else ""
-    text = Text(f"band      {shown} (95%)", "bold" if held is not None else "magenta")
+    level = f"{100 * confidence:.4g}%"
+    text = Text(f"band      {shown} ({level})", "bold" if held is not None else "magenta")
     if held is None:
         text.append(
             "\n          the steps were too short to show their SLOs hold: --duration auto "
@@ -418,4 +459,4 @@ def _band_text(band: list[float | None] | None) -> Text:
 
 
 def print_sweep(doc: dict[str, Any], *, stderr: bool = False) -> None:
-    Console(stderr=stderr, highlight=False).print(render_sweep(doc))
+    console(stderr=stderr).print(render_sweep(doc))
