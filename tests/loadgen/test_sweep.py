@@ -107,7 +107,7 @@ def test_demo_sweeps_the_llm_target_past_its_knee(
     low, high = doc["steps"]
     assert low["goodput_rps"] == pytest.approx(low["throughput_rps"], rel=0.01)
     assert high["goodput_rps"] < 0.7 * high["throughput_rps"]  # the collapse
-    assert high["ttft_ms"]["p95"] > 300
+    assert high["ttft_ms"]["p90"] > 300
 
 
 def test_a_trial_stops_once_its_slo_is_certainly_lost(
