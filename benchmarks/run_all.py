@@ -20,7 +20,7 @@ BENCHMARKS = [
     ["scale_local.py", "--write-docs"],
     ["reliability_table.py", "--write-docs"],
     ["ci_coverage.py", "--write-docs"],  # about four minutes on two cores
-    ["validation_grid.py", "--write-docs"],  # about 30 minutes on two cores (+8 for the truth once)
+    ["validation_grid.py", "--write-docs"],  # 26 min on two cores (+10 once: the truth)
     ["soak.py", "--write-docs"],  # ten minutes
 ]
 
