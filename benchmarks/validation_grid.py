@@ -277,13 +277,13 @@ def engine_verdicts(
     return ci, [e["decided"] for e in summary["slos"]], cut
 
 
-def look_plan(n: int) -> tuple[list[int], float]:
+def look_plan(n: int) -> tuple[list[int], list[float]]:
     """``--duration auto`` capped at ``n`` requests: the look sizes (the final summary at
-    ``n`` is the last look) and the per-look confidence."""
+    ``n`` is the last look) and each look's confidence (the run's error spent by size)."""
     from tailwise.loadgen.watch import plan_looks
 
     looks = plan_looks(n)
-    return [*looks.sizes, n], looks.confidence
+    return [*looks.sizes, n], list(looks.confidences)
 
 
 # -- the independent recursion (C) ------------------------------------------------------
@@ -592,10 +592,10 @@ def run_one(task: tuple[Cell, int, int, dict[str, float], bool]) -> dict[str, An
         "decided": "".join(d[0] for d in decided),  # p / f / i per SLO, in slo_list order
     }
     if with_looks:
-        sizes, conf = look_plan(n)
+        sizes, confs = look_plan(n)
         specs = [_spec(cell.metric, "p99", truth_ms["p99"] * f) for f in LOOK_FACTORS]
         first_decided: list[list[Any] | None] = [None] * len(specs)
-        for k in sizes:
+        for k, conf in zip(sizes, confs, strict=True):
             pending = [i for i, d in enumerate(first_decided) if d is None]
             if not pending:
                 break

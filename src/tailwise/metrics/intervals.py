@@ -54,6 +54,7 @@ from tailwise.metrics.steady import steady_state
 from tailwise.metrics.uncertainty import (
     CONFIDENCE,
     MIN_BATCHES,
+    MIN_EFFECTIVE,
     Estimate,
     decide_within,
     decision_level,
@@ -65,6 +66,7 @@ from tailwise.metrics.uncertainty import (
     quantile_cis,
     rate_ci,
     threshold_share_ci,
+    value_inflation,
     wilson_interval,
 )
 from tailwise.records import Records
@@ -152,6 +154,9 @@ def distribution_ci(
         return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, "no values")}
     if heavy_tailed(x):  # every interval under-covers then, the median's too (see heavy_note)
         return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, heavy_note(x))}
+    short = _short_memory_note(x)
+    if short:
+        return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, short)}
     quantiles = quantiles or _Quantiles()
     estimates = quantiles(x, [q / 100.0 for q in QUANTILES.values()])
     estimates.append(mean_ci(x, quantiles.confidence))
@@ -162,6 +167,22 @@ def distribution_ci(
         if not e.supported:
             notes[key] = e.reason
     return {"ci": ci, "ci_note": notes}
+
+
+def _short_memory_note(x: np.ndarray) -> str:
+    """Why no interval of this distribution holds, when the run is short against the
+    system's memory: fewer than :data:`MIN_EFFECTIVE` independent-equivalent values (n
+    over the variance inflation its batches measure). A queue at 95% load remembers for
+    thousands of requests: its batch means can pass their correlation test while the
+    whole run holds a handful of independent excursions, and the intervals covered the
+    truth in 0-65% of runs (p90, p50; 5,000 requests, validation grid)."""
+    inflation, b = value_inflation(x[np.isfinite(x)])
+    if not b.independent or inflation < 2 or len(x) / inflation >= MIN_EFFECTIVE:
+        return ""  # correlated batches: each estimate says so; nearly independent: iid floors
+    return (
+        f"n too small: the run holds about {len(x) / inflation:.0f} independent values "
+        f"(autocorrelation inflates the variance {inflation:.3g}x), {MIN_EFFECTIVE} needed"
+    )
 
 
 def _pair(e: Estimate, scale: float = 1.0) -> list[float] | None:

@@ -255,9 +255,9 @@ def _evidence_text(entry: dict[str, Any], confidence: float) -> str:
     if within and within.get("ci"):
         lo, hi = within["ci"]
         return (
-            f"{100 * within['share']:.2f}% within {within['threshold_ms']:.4g} ms: "
-            f"at least {100 * lo:.2f}% and at most {100 * hi:.2f}% at {100 * confidence:g}% "
-            f"confidence each, around the {100 * within['needed']:.4g}% needed (n={within['n']})"
+            f"{100 * within['share']:.2f}% within {within['threshold_ms']:.4g} ms,"
+            f" {100 * confidence:g}% interval {100 * lo:.2f}-{100 * hi:.2f}% around the "
+            f"{100 * within['needed']:.4g}% needed (n={within['n']})"
         )
     note = entry.get("ci_note") or ""
     ci = entry.get("ci")

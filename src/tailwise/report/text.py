@@ -278,9 +278,8 @@ def _slo_interval(t: Text, slo: dict[str, Any], confidence: float, used: int) ->
     if inconclusive and within.get("ci"):
         lo, hi = within["ci"]
         shown = (
-            f"{100 * within['share']:.2f}% ≤ {within['threshold_ms']:.4g}ms, "
-            f"≥{100 * lo:.2f}% ≤{100 * hi:.2f}% at {100 * confidence:g}%, "
-            f"need {100 * within['needed']:.4g}%"
+            f"{100 * within['share']:.2f}% ≤ {within['threshold_ms']:.4g}ms, {level} "
+            f"{100 * lo:.2f}-{100 * hi:.2f}%, need {100 * within['needed']:.4g}%"
         )
     note = f"({shown}: cannot decide)" if inconclusive else shown
     gap = "  " if used + 2 + len(note) <= 80 else "\n" + " " * 31
