@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from tailwise.knee import KneeSearch, Outcome
+from tailwise.knee import KneeSearch, Outcome, TrialRecord, level_knee
 from tailwise.knee_law import Point, fit
 
 THRESHOLD_MS = 300.0
@@ -113,3 +113,29 @@ def test_the_law_fits_an_mm1_exactly_and_refuses_what_does_not_rise() -> None:
     # a filling queue's level (beyond 5x the threshold) is left out of the fit
     law = fit([Point(r, p99_ms(r), 10) for r in (10.0, 20.0)] + [Point(80.0, 9e4, 10)], 300.0)
     assert law is not None and law.rate_at(THRESHOLD_MS) == pytest.approx(TRUTH, rel=0.02)
+
+
+def _record(rate: float, level: float | None, firm: bool, n: int) -> TrialRecord:
+    within = {"spec": "ttft<=200ms", "share": 0.99, "n": n, "needed": 0.99,
+              "level_ms": level, "threshold_ms": 200.0}  # fmt: skip
+    return TrialRecord(rate, level is not None and level <= 200, "x", {"within": [within]},
+                       firm=firm)  # fmt: skip
+
+
+def test_firm_levels_that_bracket_the_knee_are_read_alone() -> None:
+    """The demo LLM server's search (TTFT p99 <= 200 ms, 128-token answers): a 20 s
+    steering trial at 15.55/s read 180 ms (its queue had not filled; 300 s there read
+    1.2-1.9 s) and, taken as under the threshold, put the knee at 15.6/s. The firm trials
+    (12.18/s: 176 ms over 3,584 requests; 17.96/s: 5.8 s) bracket it near 12.2/s, where
+    the simulator's twin of the same workload puts it (12-12.5/s in 300 s windows)."""
+    trials = [
+        _record(10.0, 17.0, False, 174),
+        _record(20.0, 1446.0, False, 280),
+        _record(15.55, 180.4, False, 270),
+        _record(12.18, 175.6, True, 3584),
+        _record(9.746, 23.6, True, 2050),
+        _record(17.96, 5780.0, True, 1024),
+    ]
+    knee = level_knee(trials)
+    assert knee is not None and 12.18 <= knee <= 13.0
+    assert level_knee(trials[:3]) == pytest.approx(15.6, abs=0.5)  # steering alone: too high

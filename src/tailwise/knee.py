@@ -467,10 +467,25 @@ def level_knee(trials: list[TrialRecord]) -> float | None:
     half the lowest and twice the highest rate tried. None when no SLO has two levels."""
     crossings = []
     for points in _levels(trials).values():
-        rate = _level_crossing(points)
+        firm = [p for p in points if p.firm]
+        rate = _level_crossing(firm) if _brackets(firm) else None
+        if rate is None:
+            rate = _level_crossing(points)
         if rate is not None and rate > 0:
             crossings.append(rate)
     return min(crossings) if crossings else None
+
+
+def _brackets(points: list[_Level]) -> bool:
+    """Whether some level is under its threshold and a higher rate's above it. The firm
+    trials' levels are read alone when they bracket the knee: a short steering trial
+    near the knee starts from an empty queue that has not filled in its 20 s, so its
+    level reads low (the demo LLM server at 15.55/s: a TTFT p99 of 180 ms in 20 s where
+    a 300 s run has 1.2-1.9 s), and taken for a point under the threshold it put the
+    knee 25% too high."""
+    under = [p.rate_rps for p in points if p.level_ms is not None and p.level_ms <= p.threshold_ms]
+    over = [p.rate_rps for p in points if p.level_ms is None or p.level_ms > p.threshold_ms]
+    return bool(under and over and max(under) < max(over))
 
 
 def _level_crossing(points: list[_Level]) -> float | None:
@@ -505,6 +520,7 @@ class _Level:
     level_ms: float | None  # None: failures reach the share needed
     threshold_ms: float
     tail: float  # values beyond the level, n (1 - needed): the law's weight
+    firm: bool  # from a trial at the search's confidence (a long one near the knee)
 
     def point(self) -> knee_law.Point:
         level = self.level_ms if self.level_ms is not None else math.inf
@@ -522,7 +538,7 @@ def _levels(trials: list[TrialRecord]) -> dict[str, list[_Level]]:
             level = None if w["level_ms"] is None else float(w["level_ms"])
             tail = float(w.get("n") or 0) * (1.0 - float(w["needed"]))
             out.setdefault(str(w["spec"]), []).append(
-                _Level(t.rate_rps, level, float(threshold), tail)
+                _Level(t.rate_rps, level, float(threshold), tail, t.firm)
             )
     return out
 
