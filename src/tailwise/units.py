@@ -78,10 +78,14 @@ CONFIDENCE_RANGE = (0.8, 0.999)  # how sure a verdict may be asked to be
 def parse_confidence(value: str | float, field: str = "--confidence") -> float:
     """``"95%"``, ``"0.95"`` or ``0.95`` -> 0.95: how sure a verdict must be (a wrong pass
     or fail at most ``1 -`` it), within :data:`CONFIDENCE_RANGE`."""
-    level = parse_fraction(str(value), field) if not isinstance(value, float) else value
     lo, hi = CONFIDENCE_RANGE
+    expected = f"a level from {100 * lo:g}% to {100 * hi:g}%, e.g. 95%"
+    try:
+        level = parse_fraction(str(value), field) if not isinstance(value, float) else value
+    except BadInput:
+        raise BadInput(field, value, expected) from None
     if isinstance(value, bool) or not lo <= level <= hi or level != level:
-        raise BadInput(field, value, f"a level from {100 * lo:g}% to {100 * hi:g}%, e.g. 95%")
+        raise BadInput(field, value, expected)
     return level
 
 
