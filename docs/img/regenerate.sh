@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate every image in docs/img from real runs (about 4 minutes on 2 cores).
+# Regenerate every image in docs/img from real runs (about 5 minutes on 2 cores).
 #
 #   docs/img/regenerate.sh            # uses `tailwise` and `chromium` from PATH
 #   TAILWISE="python -m tailwise" docs/img/regenerate.sh
@@ -32,7 +32,7 @@ shot() {  # shot PAGE PNG HEIGHT
 }
 
 # 1. The LLM demo: sweep charts and the step past the knee.
-(cd "$WORK" && $TAILWISE demo --window 4s --rates 4,12,20,28,36 >/dev/null)
+(cd "$WORK" && $TAILWISE demo >/dev/null)  # its steps decide: about 70 s
 demo="$(ls -d "$WORK"/runs/*-demo-sweep)"
 cp "$demo/throughput_goodput.png" "$IMG/demo_throughput_goodput.png"
 cp "$demo/latency_vs_load.png" "$IMG/demo_latency_vs_load.png"
