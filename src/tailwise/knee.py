@@ -391,13 +391,7 @@ def fitted_knee(
     if not crossings:
         return None
     tested = [t.rate_rps for t in trials]
-    knee = min(max(min(crossings), min(tested)), max(tested))
-    lo, hi = shown
-    if lo is not None:
-        knee = max(knee, lo)
-    if hi is not None:
-        knee = min(knee, hi)
-    return knee
+    return _clip(min(max(min(crossings), min(tested)), max(tested)), shown)
 
 
 def _crossing(points: list[tuple[float, float, float]], target: float) -> float | None:

@@ -337,9 +337,13 @@ def _print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
         )
     if doc.get("undecided_rps"):
         rates = ", ".join(f"{r:.4g}" for r in doc["undecided_rps"])
+        steering = any(
+            not t.get("firm", True) for t in doc["trials"] if t["rate_rps"] in doc["undecided_rps"]
+        )
+        why = "steering trials decide at 80% at most; " if steering else ""
         click.echo(
-            f"between   {rates} /s: not decided at the band's confidence (steering trials "
-            "decide at 80% at most; near the knee a sample cannot decide)",
+            f"between   {rates} /s: not decided at the band's confidence ({why}near the "
+            "knee a sample cannot decide)",
             err=stderr,
         )
     if doc["note"]:
