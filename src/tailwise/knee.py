@@ -19,23 +19,23 @@ the search), and ``decided``, what its sample supports at its confidence:
    and stop sooner) and settles with trials at the full confidence: only *firm*
    trials, decided at the search's confidence, make the band.
 
-**Placement** (``place=True``, the measured and simulated ``tailwise knee``): after
-the bracket, a load law fitted to the trials' levels (:mod:`tailwise.knee_law`: each
-SLO's p99, or the level its share needs, against the rate) puts the knee where it
-crosses the threshold, and the band's two ends where a trial decides quickly: ``L``
-where the law puts the level at :data:`PASS_RATIO` of the threshold, ``H`` where it
-puts it at :data:`FAIL_RATIO`, each kept within :data:`BAND_REACH` of the knee. One
-firm trial at each end (``confirm``); an end it leaves undecided moves out by
-:data:`SETTLE_STEP`, an end that comes out the other way refits the law with it and
-places the ends again. No trial is spent where the sample cannot decide (near the
-knee, a bisection's trials ran to their cap one after another: 21 minutes for an
-M/M/1 server); the knee is the law's crossing, refitted on every trial, clipped to
-the band. Without a law (fewer than two rates with a level, or none that rises
-through them) the search bisects as above.
+**Placement** (``place=True``, ``tailwise knee`` without ``--repeats``): after the
+bracket, the knee is read where the trials' *levels* cross the threshold
+(:func:`level_knee`: each SLO's value at the share it needs, its p99 for a p99 SLO,
+against the rate); one short steering *probe* goes there (:data:`PROBES`), then one
+firm trial (``confirm``) at ``BAND_AT[0]`` times the estimate and, once its level is
+in, one at ``BAND_AT[1]`` times the estimate read again. An end its trial leaves
+undecided moves out by :data:`SETTLE_STEP`; an end that comes out the other way
+re-reads the knee with its level and places the ends again (:data:`PLACE_ROUNDS`).
+No trial is spent where no sample decides (near the knee, bisection's trials ran to
+their cap one after another: 21 minutes for an M/M/1 server, 12 now). ``knee_rps``
+is then the levels' crossing read on every trial, clipped to the band (``method``
+``levels``). Without levels (no percentile or deadline SLO) the search bisects.
 
-``knee_rps`` is the point estimate: the highest tested rate at which every
-trial, at it and at every lower tested rate, passed on its point estimates
-(never an interpolation), and never below ``band_rps[0]``. ``band_rps`` is
+``knee_rps`` after bisection is the point estimate: the highest tested rate at which
+every trial, at it and at every lower tested rate, passed on its point estimates
+(or the miss shares' fitted crossing, :func:`fitted_knee`), never below
+``band_rps[0]``. ``band_rps`` is
 ``[L, H]``: ``L`` the highest rate *shown to hold* (every trial at it decided
 pass, and none at or below it decided fail), ``H`` the lowest rate *shown to
 fail* (every trial at it decided fail, none at or above it decided pass); each
