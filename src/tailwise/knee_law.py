@@ -13,9 +13,9 @@ is the count of values beyond its level, ``n (1 - q)``, capped: a p99 from 300
 requests rests on 3 of them), and reads where it crosses the threshold. The knee
 search uses it to extrapolate, before its trials bracket the crossing (inside a
 bracket it reads a log-linear line instead: :func:`tailwise.knee.level_knee`, where
-the law read a batching engine's TTFT knee 14% high). Trials far past saturation (a level over :data:`MAX_RATIO` times the
-threshold: a queue still filling, whose level measures the window, not the rate) are
-left out. With two usable rates ``a`` is 0 (two points fix ``b`` and ``C``).
+the law read a batching engine's TTFT knee 14% high). Trials far past saturation (a
+level over :data:`MAX_RATIO` times the threshold: a queue still filling, whose level
+measures the window, not the rate) are left out. With two usable rates ``a`` is 0 (two points fix ``b`` and ``C``).
 
 Pure functions of numbers: no I/O, no knowledge of which engine ran the trials.
 """
