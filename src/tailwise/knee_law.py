@@ -15,7 +15,8 @@ search uses it to extrapolate, before its trials bracket the crossing (inside a
 bracket it reads a log-linear line instead: :func:`tailwise.knee.level_knee`, where
 the law read a batching engine's TTFT knee 14% high). Trials far past saturation (a
 level over :data:`MAX_RATIO` times the threshold: a queue still filling, whose level
-measures the window, not the rate) are left out. With two usable rates ``a`` is 0 (two points fix ``b`` and ``C``).
+measures the window, not the rate) are left out. With two usable rates ``a`` is 0
+(two points fix ``b`` and ``C``).
 
 Pure functions of numbers: no I/O, no knowledge of which engine ran the trials.
 """
