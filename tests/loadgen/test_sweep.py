@@ -99,7 +99,7 @@ def test_demo_sweeps_the_llm_target_past_its_knee(
     from tailwise.demo import run_demo
 
     monkeypatch.chdir(tmp_path)
-    assert run_demo("2s", (20.0, 250.0)) == 0  # capacity 77-110/s: one side of the knee each
+    assert run_demo("2s", (20.0, 180.0)) == 0  # capacity 77-110/s: one side of the knee each
     out = capsys.readouterr().out
     assert "knee ◀    20/s" in out and "tailwise run http://localhost:8000" in out
     (sweep_dir,) = (tmp_path / "runs").iterdir()

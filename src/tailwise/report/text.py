@@ -327,7 +327,7 @@ def render(s: dict[str, Any], directory: str | None = None) -> Group:
     verdict = Text(f"verdict   {s['verdict'].upper()}", _VERDICT_STYLE[s["verdict"]])
     verdict.append(f"  {s['verdict_reason']}")
     if s["verdict"] in ("pass", "fail", "inconclusive") and s.get("confidence"):
-        verdict.append(f" (decided at {_level_text(verdict_confidence(s))} confidence)", "dim")
+        verdict.append(f"; decided at {_level_text(verdict_confidence(s))} confidence", "dim")
     if s.get("verdict_hint"):
         verdict.append(f"\nhint      {s['verdict_hint']}", "dim")
     parts: list[Any] = [
