@@ -198,8 +198,8 @@ class Looks:
 
     A run that looks ``L`` times (the final summary counts as one) and stops at the
     first decided look would, at 95% per look, decide wrongly more often than 5%. Each
-    look spends a share of the run's error ``1 - overall`` (a verdict is one-sided: see
-    :func:`~tailwise.metrics.uncertainty.decision_level`), in proportion to the requests
+    look spends a share of the run's error ``1 - overall`` (at the level
+    :func:`~tailwise.metrics.uncertainty.decision_level` decides on), in proportion to the requests
     it has seen, and the shares add up to it (Bonferroni's bound, unequally split): the
     early looks, which can only decide a clear case, spend little; the final summary,
     which judges the most requests, spends the most (about half). An equal split gave
@@ -351,7 +351,7 @@ def _decide(
     as_miss = np.where(finished, value, math.inf)
     as_hit = np.where(finished, value, np.where(failed | overdue, math.inf, 0.0))
     t = float(share.threshold_ns)
-    level = decision_level(confidence)  # one-sided at the look's confidence
+    level = decision_level(confidence)  # what a verdict at the look's confidence decides on
     if decide_within(as_miss, t, share.needed, level)[2] == "pass":
         return "pass"
     if decide_within(as_hit, t, share.needed, level)[2] == "fail":

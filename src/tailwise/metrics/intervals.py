@@ -249,9 +249,9 @@ def _slo_estimate(
     share, rps); None where no interval exists (``max``), ``note`` saying why.
 
     The estimate's interval is two-sided at the summary's confidence (what is shown);
-    the verdict is one-sided at it (:func:`~tailwise.metrics.uncertainty.decision_level`:
-    wrong at most ``1 - confidence`` of the time). ``rates`` holds the rates at both
-    levels (shown, decided).
+    the verdict decides on the interval at
+    :func:`~tailwise.metrics.uncertainty.decision_level` (today the same level, so each
+    is computed once). ``rates`` holds the rates at both levels (shown, decided).
 
     A percentile objective and a deadline are both decided on the share of values
     within the threshold (``p_q <= T`` exactly when ``F(T) >= q``;
@@ -260,7 +260,7 @@ def _slo_estimate(
     the p99 itself is "n too small", and it allows for the latencies' memory, so a short
     correlated run without an excursion is not taken for a pass. The entry's ``ci``
     stays the interval of its value (the percentile, in ms); ``within`` holds the
-    share's interval at the decision's level, whose ends are one-sided bounds."""
+    share's interval at the decision's level."""
     derived, quantiles = memo
     decide_at = decision_level(quantiles.confidence)
     if slo.kind == "rate":
@@ -273,7 +273,11 @@ def _slo_estimate(
     if slo.kind == "deadline":
         share, level, decided = decide_within(x, slo.threshold, slo.target, decide_at)
         within[slo.spec] = (share, slo.target, level.value)
-        shown = threshold_share_ci(x, slo.threshold, quantiles.confidence)
+        shown = (
+            share
+            if decide_at == quantiles.confidence
+            else threshold_share_ci(x, slo.threshold, quantiles.confidence)
+        )
         return shown, *_settle(x, slo.threshold, slo.target, decided, shown.reason)
     if slo.stat in ("max", "p100"):  # a claim about this sample only: see MAX_NOTE
         return None, "fail" if x.max() > slo.threshold else "pass", MAX_NOTE
@@ -282,7 +286,8 @@ def _slo_estimate(
             inf = Estimate(math.inf, math.inf, math.inf, True, n=len(x))
             return inf, "fail", "unbounded: failed or unsent requests count as infinitely slow"
         e = mean_ci(x, quantiles.confidence)
-        decided = judge(mean_ci(x, decide_at), slo.threshold, "<=")
+        decided = judge(e if decide_at == e.confidence else mean_ci(x, decide_at),
+                        slo.threshold, "<=")  # fmt: skip
         if decided == "pass" and heavy_tailed(x):
             return _in_ms(e), "inconclusive", heavy_note(x)
         return _in_ms(e), decided, e.reason
@@ -411,7 +416,12 @@ def annotate(
     _distributions(s, r, order, window, memo)
     rates = _rate_estimates(r, window_ns, good, window_rows, confidence)
     s["rates"]["ci"] = {k: _pair(e) for k, e in rates.items()}
-    decided_rates = _rate_estimates(r, window_ns, good, window_rows, decision_level(confidence))
+    decide_at = decision_level(confidence)
+    decided_rates = (
+        rates
+        if decide_at == confidence
+        else _rate_estimates(r, window_ns, good, window_rows, decide_at)
+    )
     _slos(s["slos"], slos, r, window_rows, (rates, decided_rates), memo)
     s["decided"] = compose(e["decided"] for e in s["slos"])
     s["steady_state"] = _steady(r, order, window, memo[0])
