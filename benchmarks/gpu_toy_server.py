@@ -114,11 +114,10 @@ def build_model(device: str, width: int, step: str) -> tuple[Model, str]:
     """The model, with its layer count from ``--step`` (``N`` layers, or ``auto:8ms``)."""
     if step.startswith("auto:"):
         target_s = float(step[5:].removesuffix("ms")) / 1e3
-        probe = Model(device, width, 8)
-        per_layer = probe.time_step(1) / 8
+        model = Model(device, width, 8)
+        per_layer = model.time_step(1) / 8
         layers = max(1, min(4000, round(target_s / max(per_layer, 1e-7))))
-        model = Model(device, width, layers)
-        model.w1, model.w2, model.x = probe.w1, probe.w2, probe.x  # same weights, no re-init
+        model.layers = layers
     else:
         layers = int(step)
         model = Model(device, width, layers)
@@ -337,7 +336,11 @@ async def serve(a: argparse.Namespace) -> None:
         except ImportError:
             device = "numpy"
     width = a.width or (4096 if device.startswith("cuda") else 256)
-    model, note = build_model(device, width, a.step)
+    try:
+        model, note = build_model(device, width, a.step)
+    except Exception as exc:  # a broken torch install: say so, and serve from NumPy
+        print(f"# {device} failed ({type(exc).__name__}: {exc}); NumPy instead", file=sys.stderr)
+        model, note = build_model("numpy", 256, a.step)
     print(f"# model: {note}", file=sys.stderr, flush=True)
     engine = Engine(model, a.model)
     dcgm = FakeDcgm(engine) if a.fake_dcgm else None

@@ -7,7 +7,8 @@ server in a thread of the test process. Each scrape rewrites GPU ``i``'s
 ``watts[i] x seconds since the server started x 1000``: a constant power whose
 energy over any span the test can compute by hand. ``body`` replaces the whole
 answer (hostile exporters); ``energy=False`` leaves the counter out, and
-``reset_after`` scrapes makes the counter drop to zero (a driver reload).
+``reset_after`` scrapes makes the counter drop to zero (a driver reload);
+``model_name`` replaces the GPUs' ``modelName`` label (escaped as the format wants).
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ class Exporter:
         body: bytes | Callable[[], bytes] | None = None,
         energy: bool = True,
         reset_after: int | None = None,
+        model_name: str | None = None,
     ) -> None:
         self.watts = watts
         self.body = body
         self.energy = energy
         self.reset_after = reset_after
+        self.model_name = model_name
         self.scrapes = 0
         self.started = time.monotonic()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -64,7 +67,11 @@ class Exporter:
             elif m and m.group(1) == "DCGM_FI_DEV_POWER_USAGE":
                 line = line[: m.start(3)] + f"{self.watts[int(m.group(2))]:.6f}"
             lines.append(line)
-        return ("\n".join(lines) + "\n").encode()
+        text = "\n".join(lines) + "\n"
+        if self.model_name is not None:
+            quoted = self.model_name.replace("\\", "\\\\").replace('"', '\\"')
+            text = text.replace('modelName="NVIDIA H100 80GB HBM3"', f'modelName="{quoted}"')
+        return text.encode()
 
     # -- the server ----------------------------------------------------------------
 
