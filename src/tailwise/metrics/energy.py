@@ -38,6 +38,7 @@ interval is ``R +- t(k-1) sqrt(var(mean d)) / mean T``. Fewer than 10 slices
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -89,6 +90,13 @@ def summarize_gpu(
         if cum is not None:
             series.append(cum)
     doc["gpus"] = gpus
+    repeated = max((g.get("repeated_share", 0.0) for g in gpus), default=0.0)
+    if repeated >= 0.5:
+        doc["note"] = (
+            f"{repeated:.0%} of one GPU's samples repeated the one before: the source refreshes "
+            "its values less often than it was sampled (dcgm-exporter's own --collect-interval, "
+            "30 s by default: run it with -c 500); energy is as coarse as that"
+        )
     totals = [sum(g.get("power_w", 0.0) for g in r["gpus"]) for r in inside]
     if any("power_w" in g for r in inside for g in r["gpus"]):
         doc["power_w"] = {"mean": _r(float(np.mean(totals))), "max": _r(max(totals))}
@@ -109,6 +117,11 @@ def _one_gpu(
         vals = [g[name] for g in inside if name in g]
         if vals:
             entry[name] = {"mean": _r(sum(vals) / len(vals)), "max": _r(max(vals))}
+    if len(inside) >= 4:  # a source that serves a cached value: the same reading again
+        values = [{k: v for k, v in g.items() if isinstance(v, float)} for g in inside]
+        same = sum(1 for a, b in itertools.pairwise(values) if a == b and a)
+        if any(values):
+            entry["repeated_share"] = _r(same / (len(values) - 1))
     totals = [g["mem_total_mib"] for _, g in samples if "mem_total_mib" in g]
     if totals:
         entry["mem_total_mib"] = _r(max(totals))

@@ -169,6 +169,8 @@ def text_lines(doc: dict[str, Any]) -> list[str]:
             if est and est.get("value") is not None:
                 line += f", {_joules(est['value'])} {what}{_ci_text(est)}"
         lines.append(line)
+    if doc.get("note"):
+        lines.append(f"          note: {doc['note']}")
     return lines
 
 
