@@ -378,6 +378,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fake-dcgm", action="store_true", help="serve /dcgm (a CPU dry run)")
     ap.add_argument("--lifetime", type=float, default=200.0, help="seconds")
     a = ap.parse_args(argv)
+    # The engine's thread issues a step's GPU calls holding the interpreter lock: hand it
+    # back to the event loop (the SSE writes) every 0.5 ms, not Python's default 5 ms.
+    sys.setswitchinterval(0.0005)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(a))
 
