@@ -58,6 +58,10 @@ def _llm_lines(summary: dict[str, Any]) -> list[str]:
         lines += text_lines(summary["sessions"])
     if "server_metrics" in summary:
         lines += server.text_lines(summary["server_metrics"])
+    if "gpu" in summary:
+        from tailwise.metrics.gpu import text_lines as gpu_lines
+
+        lines += gpu_lines(summary["gpu"])
     return lines
 
 

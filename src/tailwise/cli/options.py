@@ -161,6 +161,18 @@ def run_options(f: F) -> F:
             show_default=True,
             help="Time between scrapes (100ms to 60s).",
         ),
+        click.option(
+            "--gpu-metrics",
+            help="GPU telemetry on the run's timeline: nvml (this machine's GPUs; pip install "
+            "'tailwise[gpu]') or dcgm=http://HOST:9400/metrics (a DCGM exporter); adds "
+            "energy per output token and per good request.",
+        ),
+        click.option(
+            "--gpu-metrics-interval",
+            default="500ms",
+            show_default=True,
+            help="Time between GPU samples (100ms to 60s).",
+        ),
         click.option("--api-key", help="Bearer token (default $OPENAI_API_KEY); never saved."),
         click.option("--extra-body", help="JSON object merged into each request body."),
         click.option(

@@ -65,6 +65,9 @@ def _run_charts(r: Records, s: dict[str, Any], out_dir: Path, prefix: str = "") 
     server = run_charts.server_timeline(s, out_dir / f"{prefix}server_metrics.png")
     if server is not None:
         out.append(server)
+    gpu = run_charts.gpu_timeline(s, out_dir / f"{prefix}gpu_metrics.png")
+    if gpu is not None:
+        out.append(gpu)
     return out
 
 
