@@ -56,6 +56,7 @@ from tailwise.metrics.uncertainty import (
     CONFIDENCE,
     MIN_BATCHES,
     MIN_EFFECTIVE,
+    TAIL_NOTE,
     Estimate,
     decide_within,
     decision_level,
@@ -306,7 +307,9 @@ def _slo_estimate(
     (e,) = quantiles(x, [q])
     share, level, decided = decide_within(x, slo.threshold, q, decide_at, regen)
     within[slo.spec] = (share, q, level.value)
-    return _in_ms(e), *_settle(x, slo.threshold, q, decided, e.reason or share.reason)
+    # A pass by the tail model says so, over the quantile's own "n too small".
+    note = share.reason if share.reason.startswith(TAIL_NOTE) else e.reason or share.reason
+    return _in_ms(e), *_settle(x, slo.threshold, q, decided, note)
 
 
 def _settle(

@@ -97,6 +97,7 @@ HEAVY_TOP = 10  # top values the tail's heaviness is read from, at least
 HEAVY_RATIO = 2.0  # Hill estimate / an exponential tail's at that depth: heavy from here
 NS_PER_S = 1e9
 
+TAIL_NOTE = "decided by the tail model"  # how a pass by :mod:`tailwise.metrics.tail` begins
 Verdict = Literal["pass", "fail", "inconclusive"]
 
 
@@ -555,7 +556,7 @@ def decide_within(
         bound = _tail_bound(values, threshold, q, confidence, regen)
         if bound is not None and bound <= 1.0 - q:
             note = (
-                f"decided by the tail model: at most {bound:.3%} beyond the threshold "
+                f"{TAIL_NOTE}: at most {bound:.3%} beyond the threshold "
                 f"(peaks over the top values, {tail.BLOCKS}-block jackknife)"
             )
             return replace(share, reason=note), quantile, "pass"
