@@ -20,7 +20,7 @@ from tailwise.metrics.tail import (
     miss_bound,
     regeneration,
 )
-from tailwise.metrics.uncertainty import decide_within, t_quantile
+from tailwise.metrics.uncertainty import decide_within, t_quantile, tail_heaviness
 from tailwise.records import Records
 
 MU = 50.0  # 20 ms mean service
@@ -180,3 +180,39 @@ def test_a_summary_says_when_the_tail_model_decided() -> None:
     entry = summarize(records, info)["slos"][0]
     assert entry["decided"] == "pass"
     assert "tail model" in entry["ci_note"]
+
+
+def mg1_lognormal(lam: float, sigma: float, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Arrivals and departures (s) of a single FCFS server with lognormal service of
+    mean 20 ms and log-sd ``sigma``, from empty."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1 / lam, n))
+    service = rng.lognormal(math.log(1 / MU) - sigma * sigma / 2, sigma, n)
+    done = np.empty(n)
+    free = 0.0
+    for i in range(n):
+        free = max(free, arrivals[i]) + service[i]
+        done[i] = free
+    return arrivals, done
+
+
+def test_the_empty_system_requests_show_a_service_tail_the_queue_hides() -> None:
+    """One server at 70% load with lognormal service (sigma 2): the queue's backlog makes
+    the whole sample's top look lighter than exponential (the latency guard's Hill ratio
+    under 2), while the requests that found the system empty show the service bare, and
+    the tail model's gate refuses every run. An M/M/1's empty-system requests look
+    exponential: the gate lets most runs through."""
+    heavy_service = 0
+    for seed in range(12):
+        arrivals, done = mg1_lognormal(0.7 * MU, 2.0, 20_000, seed)
+        x = done - arrivals
+        regen = regeneration(idle_on_arrival(arrivals, done), x)
+        assert tail_heaviness(x) < 2.0
+        heavy_service += gates(regen, tail_heaviness(regen.service)) != ""
+    assert heavy_service == 12
+    light = 0
+    for seed in range(20):
+        arrivals, done = mm1_path(0.42 * MU, 3000, seed)
+        regen = regeneration(idle_on_arrival(arrivals, done), done - arrivals)
+        light += gates(regen, tail_heaviness(regen.service)) == ""
+    assert light >= 17

@@ -83,14 +83,14 @@ def idle_on_arrival(start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
 
     ``end_ns`` negative (never answered) counts as still in flight. Requests with a
     negative start (never sent) are never idle and never in flight. O(n log n)."""
-    start = np.asarray(start_ns, dtype=np.int64)
-    end = np.asarray(end_ns, dtype=np.float64)
+    start, end = np.asarray(start_ns), np.asarray(end_ns)
+    never = np.iinfo(np.int64).max if np.issubdtype(end.dtype, np.integer) else math.inf
     sent = start >= 0
-    end = np.where(end < 0, math.inf, end)
+    end = np.where(end < 0, never, end)
     starts = np.sort(start[sent])
     ends = np.sort(end[sent])
     before = np.searchsorted(starts, start, side="left")  # started strictly earlier
-    finished = np.searchsorted(ends, start.astype(np.float64), side="right")
+    finished = np.searchsorted(ends, start, side="right")
     return sent & (before - finished <= 0)
 
 
