@@ -3,7 +3,8 @@
 One module per command group (measure, simulate, plan, calibrate, reports, proxy,
 demo), shared options in options.py, the group itself in app.py.
 
-Exit codes: 0 pass, 1 an SLO failed, 2 bad input, 3 invalid run, 4 internal error.
+Exit codes: 0 pass, 1 an SLO failed, 2 bad input, 3 invalid run, 4 internal error,
+5 inconclusive, 6 target unreachable, 7 the target refused the preflight request.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import click
 
 from tailwise.cli.app import cli
-from tailwise.errors import BadInput
+from tailwise.errors import BadInput, PreflightFailed
 
 __all__ = ["cli", "main"]
 
@@ -27,6 +28,10 @@ def main(argv: list[str] | None = None) -> None:
     except BadInput as exc:
         click.echo(f"tailwise: error: {exc}", err=True)
         sys.exit(2)
+    except PreflightFailed as exc:
+        # The target refused or could not be reached before the run began: one line.
+        click.echo(f"tailwise: {exc}", err=True)
+        sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("tailwise: aborted", err=True)
         sys.exit(130)

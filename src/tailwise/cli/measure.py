@@ -27,10 +27,15 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
     kw["slo"] = list(kw["slo"])
     kw["header"] = list(kw["header"])
     kw["confidence"] = parse_confidence(kw.get("confidence", 0.95))
+    checked = kw.pop("preflight")
     opts = RunOptions(urls=list(urls), **kw)
     prepared = prepare(opts)
+    first = _preflight(prepared, checked)
     directory = run_directory(opts, prepared.targets[0])
     result = execute(prepared, directory)
+    if first is not None:  # recorded apart: never a record, never in the window
+        result.summary["preflight"] = first
+        atomic_write_text(directory / "summary.json", json.dumps(result.summary, indent=2) + "\n")
     meta = collect(invoked_argv())
     (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     if as_json:
@@ -44,6 +49,19 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
 
             click.echo(workers_line(result.summary), err=as_json)
     sys.exit(result.exit_code)
+
+
+def _preflight(prepared: Any, checked: bool) -> dict[str, Any] | None:
+    """One cheap request to each target before anything is planned (``--no-preflight``:
+    none); a failure raises PreflightFailed, which exits with its own code."""
+    if not checked:
+        return None
+    from tailwise.loadgen.preflight import check
+
+    o = prepared.opts
+    if o.out:  # an occupied or read-only --out is bad input (exit 2): found before sending
+        output_directory(Path(o.out), force=o.force, create=False)
+    return check(prepared)
 
 
 def _llm_lines(summary: dict[str, Any]) -> list[str]:
@@ -72,19 +90,22 @@ def _base_options(urls: tuple[str, ...], command: str, kw: dict[str, Any]) -> An
     kw["slo"] = list(kw["slo"])
     kw["header"] = list(kw["header"])
     kw["name"] = kw.get("name") or command
+    kw.pop("preflight", None)
     kw["confidence"] = parse_confidence(kw.get("confidence", 0.95))
     return RunOptions(urls=list(urls), **kw)
 
 
-def _search_dir(opts: Any) -> tuple[Any, bool]:
-    """The search's directory, and whether its trials go over several processes."""
+def _search_dir(opts: Any, checked: bool) -> tuple[Any, bool, dict[str, Any] | None]:
+    """The search's directory, whether its trials go over several processes, and the
+    preflight's outcome (one request per target, once for the whole search)."""
     import dataclasses
 
     from tailwise.loadgen.runner import prepare, run_directory
 
     # Prepared once with a stand-in rate: checks every option before the first step.
     p = prepare(dataclasses.replace(opts, rate="1/s"))
-    return run_directory(opts, p.targets[0]), p.scaled_out
+    first = _preflight(p, checked)
+    return run_directory(opts, p.targets[0]), p.scaled_out, first
 
 
 @click.command()
@@ -113,8 +134,9 @@ def sweep(
     users = parse_users(levels) if levels else None
     chosen = parse_rates(rates) if rates else None
     first = parse_rate_rps(start, "--start")
+    checked = kw.pop("preflight")
     opts = _base_options(urls, "sweep", kw)
-    out_dir, _ = _search_dir(opts)
+    out_dir, _, first_answer = _search_dir(opts, checked)
 
     def on_step(i: int, n: int, rate: float, step: Any) -> None:
         if step is not None and not quiet:
@@ -128,6 +150,8 @@ def sweep(
 
     runner = Sweep(opts, out_dir, on_step)
     runner.extra["meta"] = collect(invoked_argv())
+    if first_answer is not None:
+        runner.extra["preflight"] = first_answer
     if users:
         runner.run_users(users)
     elif rates.strip() == "auto":
@@ -227,12 +251,14 @@ def knee(
     least = parse_count(min_requests, "--min-requests", minimum=0)
     if bool(urls) == bool(scenario):
         raise BadInput("URL", " ".join(urls) or None, "a URL to measure, or --sim SCENARIO")
+    checked = kw.pop("preflight")
+    first_answer = None
     if scenario:
         trial, out_dir, slo_specs = _sim_knee_setup(scenario, kw, least)
         confirm = None
     else:
         opts = _base_options(urls, "knee", kw)
-        out_dir, scaled_out = _search_dir(opts)
+        out_dir, scaled_out, first_answer = _search_dir(opts, checked)
         sequential = opts.duration in (None, "auto")
         # prepare.loss_watch: no watch for --warmup auto over several processes
         if early_stop and scaled_out and opts.warmup == "auto":
@@ -288,6 +314,8 @@ def knee(
         result, code = exc.result, 3
     doc = result.to_json(slo_specs)
     doc["confidence"] = float(opts.confidence) if not scenario else 0.95
+    if first_answer is not None:
+        doc["preflight"] = first_answer
     atomic_write_text(out_dir / "knee.json", json.dumps(doc, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(doc, indent=2))
