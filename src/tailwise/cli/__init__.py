@@ -20,7 +20,15 @@ __all__ = ["cli", "main"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user mistakes become one line on stderr and exit code 2."""
+    """Entry point: user mistakes become one line on stderr and exit code 2; a closed
+    pipe (``| head``) ends the output quietly and leaves the command's own exit code."""
+    from tailwise.cli.pipes import quiet_pipes
+
+    with quiet_pipes():
+        _main(argv)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         args = list(sys.argv[1:] if argv is None else argv)
         # The command line as typed, for the metadata a report shows (secrets removed there).
