@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -274,15 +275,16 @@ def knee(
         # short cap, as a trial near the knee cannot decide anyway (the firm trials that
         # make the band are placed where they can).
         level = float(opts.confidence)
+        numbers = itertools.count(1)  # one numbering for steering and settling trials
         trial = knee_trial(
             opts, out_dir, least, early_stop, min(STEER_CONFIDENCE, level) if sequential
-            else level, STEER_MAX_DURATION,
+            else level, STEER_MAX_DURATION, counter=numbers,
         )  # fmt: skip
         # No early stop for a settling trial: a loss certain for its planned sample is not
         # yet *shown* at 95%, and the sequential looks stop it once it is.
         confirm = knee_trial(
             opts, out_dir, least, not sequential and early_stop, level, CONFIRM_MAX_DURATION,
-            prefix="settle",
+            prefix="settle", counter=numbers,
         )  # fmt: skip
         slo_specs = list(opts.slo)
 

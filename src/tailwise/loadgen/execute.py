@@ -277,6 +277,7 @@ def _progress(p: Prepared, engine: Engine) -> Progress:
         (p.horizon_ns or 0) / 1e9 or None,
         target_rps=float(rate) if isinstance(rate, int | float) else None,
         label=p.opts.label or "",
+        slo_metrics=tuple(s.metric for s in p.slos),
     )
 
 

@@ -235,6 +235,25 @@ def _hand_over(
         spill.note_written(seqs)
 
 
+LIVE_METRICS = ("service", "ttft", "tpot")  # SLO metrics the live line can show
+
+
+def _live_metric(metric: str, blk: RecordBlock, loc: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """One SLO metric (ns) of a block's completed rows ``loc``, for the rows where it exists."""
+    d = np.frombuffer(blk.done_ns, dtype=np.int64)[loc]
+    if metric == "service":
+        x = np.frombuffer(blk.sent_ns, dtype=np.int64)[loc]
+        return np.asarray((d - x)[ok & (x >= 0)])
+    ft = np.frombuffer(blk.first_token_ns, dtype=np.int64)[loc]
+    has = ok & (ft >= 0)
+    if metric == "ttft":
+        s = np.frombuffer(blk.scheduled_ns, dtype=np.int64)[loc]
+        return np.asarray((ft - s)[has])
+    out = np.asarray(blk.output_tokens, dtype=np.int64)[loc]  # tpot (reasoning tokens too)
+    many = has & (out > 1)
+    return np.asarray((d - ft)[many] // (out[many] - 1))
+
+
 class Progress:
     """A live status line on stderr, once a second during the run.
 
@@ -242,6 +261,9 @@ class Progress:
     elapsed of the planned window, the target rate against the send rate achieved over
     the last second, requests in flight, errors so far, and over the requests completed
     in the last second the send lag's p99 (the client's own lateness) and the latency's.
+    With an SLO on another metric (``slo_metrics``: service, ttft, tpot), that
+    metric's p99 follows too, and the latency's is labelled ``e2e p99``: a TTFT SLO
+    reads beside its own metric, not beside the end-to-end latency of a whole answer.
     The records pump shows it each slice of completions (:meth:`observe`), so the
     pump stays the only reader of the engine's completion log.
     """
@@ -254,8 +276,12 @@ class Progress:
         *,
         target_rps: float | None = None,
         label: str = "",
+        slo_metrics: tuple[str, ...] = (),
     ) -> None:
         self.engine = engine
+        # The SLOs' metrics the line shows beside the latency, in the SLOs' order
+        self.extra = tuple(dict.fromkeys(m for m in slo_metrics if m in LIVE_METRICS))
+        self._extra_ns: dict[str, list[np.ndarray]] = {m: [] for m in self.extra}
         self.total_s = total_s
         self.stream = stream
         self.target_rps = target_rps
@@ -280,6 +306,8 @@ class Progress:
             self._errors += int((err != 0).sum())
             self._latency_ns.append((d - s)[err == 0])
             self._lag_ns.append((x - s)[x >= 0])
+            for metric in self.extra:
+                self._extra_ns[metric].append(_live_metric(metric, blk, loc, err == 0))
 
     @staticmethod
     def _p99_ms(parts: list[np.ndarray]) -> str:
@@ -298,12 +326,15 @@ class Progress:
         e = self.engine
         p99, lag = self._p99_ms(self._latency_ns), self._p99_ms(self._lag_ns)
         self._latency_ns, self._lag_ns = [], []
+        extra = "".join(f"  {m} p99 {self._p99_ms(v):>9}" for m, v in self._extra_ns.items())
+        self._extra_ns = {m: [] for m in self.extra}
         elapsed = (now_ns() - e.t0) / 1e9
         total = f"/{self.total_s:.0f}s" if self.total_s else "s"
         label = f"{self.label}  " if self.label else ""
         return (
             f"  {label}{max(elapsed, 0):5.1f}{total}  {self._rate()}  in flight {e.in_flight:>5}"
-            f"  errors {self._errors:>6}  send-lag p99 {lag:>7}  p99 {p99:>9}"
+            f"  errors {self._errors:>6}  send-lag p99 {lag:>7}  {'e2e ' if extra else ''}p99 "
+            f"{p99:>9}{extra}"
         )
 
     async def run(self, stop: asyncio.Event) -> None:
