@@ -157,7 +157,7 @@ def test_plan_capacity_logs_its_phases_into_a_pipe(tmp_path: Path) -> None:
     )
     assert p.returncode == 0, p.stderr
     lines = p.stderr.splitlines()
-    assert lines[0].startswith("tailwise plan capacity: planning ...")
+    assert lines[0].startswith("tailwise plan capacity: searching the knee of one replica (")
     assert any(
         ln.startswith("tailwise plan capacity: searching the knee of one replica") for ln in lines
     )

@@ -2,7 +2,8 @@
 
 On a terminal: one rich status line, updated in place and gone at the end. In a
 pipe or a log file (stderr not a terminal), where a status line shows nothing:
-one plain line per phase, ``tailwise <command>: <what> (<elapsed> s)``; repeated
+one plain line per phase the work reports, ``tailwise <command>: <what> (<elapsed>
+s)`` (``first`` is the terminal's line until then, not logged); repeated
 updates inside one phase at most every :data:`LOG_EVERY_S` seconds, so a
 90-second fit leaves a few lines, not thousands.
 """
@@ -49,5 +50,4 @@ def phases(command: str, first: str) -> Iterator[Tell]:
         last_phase, last_at = key, now
         print(f"tailwise {command}: {message} ({now - start:.0f} s)", file=sys.stderr, flush=True)
 
-    log(first)
-    yield log
+    yield log  # nothing before the first phase: an input error stays one line
