@@ -236,6 +236,8 @@ def knee(
         STEER_MAX_DURATION,
         knee_trial,
     )
+    from tailwise.report.meta import collect
+    from tailwise.report.render import sweep_report
     from tailwise.units import parse_count, parse_fraction, parse_rate_rps
 
     if not kw["slo"] and not scenario:  # a scenario may bring its own slo: list
@@ -318,12 +320,27 @@ def knee(
     doc["confidence"] = float(opts.confidence) if not scenario else 0.95
     if first_answer is not None:
         doc["preflight"] = first_answer
+    doc["target"] = _shown_target(opts) if urls else f"sim:{scenario}"
+    doc["meta"] = collect(invoked_argv())
     atomic_write_text(out_dir / "knee.json", json.dumps(doc, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     if not quiet:
-        _print_knee(doc, str(out_dir), stderr=as_json)
+        print_knee(doc, str(out_dir), stderr=as_json)
+    report = sweep_report(out_dir) if doc["trials"] else ""
+    if report and not quiet:
+        click.echo(f"report    {report}", err=as_json)
     sys.exit(code)
+
+
+def _shown_target(opts: Any) -> str:
+    """The URLs as a run's outputs show them: the API's path, no credentials, query values
+    masked (a gateway's ?key=...)."""
+    from tailwise.loadgen.openai import api_url
+    from tailwise.loadgen.targets import parse_url
+
+    urls = [api_url(u, opts.api) if opts.api else u for u in opts.urls]
+    return ", ".join(parse_url(u).url for u in urls)
 
 
 def _sim_knee_setup(scenario: str, kw: dict[str, Any], least: int) -> tuple[Any, Path, list[str]]:
@@ -347,7 +364,7 @@ def _sim_knee_setup(scenario: str, kw: dict[str, Any], least: int) -> tuple[Any,
     return sim_trial(sc, out_dir, least), out_dir, list(sc.slo)
 
 
-def _print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
+def print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
     knee_rps, band = doc["knee_rps"], doc["band_rps"]
     if knee_rps is None:
         click.echo("knee      none found", err=stderr)

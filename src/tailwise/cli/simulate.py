@@ -102,6 +102,11 @@ def simulate(
         sys.exit(study.exit_code(doc))
     result = run_scenario(sc)
     write_run(directory, result, sc)
+    from tailwise.cli.options import invoked_argv
+    from tailwise.report.meta import collect
+
+    # How the run was made, for its report (as tailwise run writes it)
+    atomic_write_text(directory / "meta.json", json.dumps(collect(invoked_argv()), indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(result.summary, indent=2))
     if not quiet:
