@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +31,13 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
     kw["header"] = list(kw["header"])
     kw["confidence"] = parse_confidence(kw.get("confidence", 0.95))
     checked = kw.pop("preflight")
+    board = _dashboard_args(kw)
     opts = RunOptions(urls=list(urls), **kw)
     prepared = prepare(opts)
     first = _preflight(prepared, checked)
     directory = run_directory(opts, prepared.targets[0])
-    result = execute(prepared, directory)
+    with _dashboard(board, f"run {prepared.targets[0].url}"):
+        result = execute(prepared, directory)
     if first is not None:  # recorded apart: never a record, never in the window
         result.summary["preflight"] = first
         atomic_write_text(directory / "summary.json", json.dumps(result.summary, indent=2) + "\n")
@@ -50,6 +54,36 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
 
             click.echo(workers_line(result.summary), err=as_json)
     sys.exit(result.exit_code)
+
+
+def _dashboard_args(kw: dict[str, Any]) -> int | None:
+    """--dashboard's port (0: a free one), or None without --dashboard; both keys taken."""
+    asked, port = kw.pop("dashboard", False), kw.pop("dashboard_port", 0)
+    if asked and not 0 <= port <= 65535:
+        raise BadInput("--dashboard-port", port, "a port from 0 (a free one) to 65535")
+    return port if asked else None
+
+
+@contextlib.contextmanager
+def _dashboard(port: int | None, title: str) -> Iterator[Any]:
+    """The live page of ``--dashboard`` for the length of the block (None without it)."""
+    if port is None:
+        yield None
+        return
+    from tailwise.loadgen import live
+    from tailwise.report.dashboard import Dashboard
+
+    try:
+        board = Dashboard(title, port)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise BadInput("--dashboard-port", port, f"a free port on 127.0.0.1 ({why})") from None
+    click.echo(f"dashboard {board.url}  (live until the command ends)", err=True)
+    try:
+        with live.listening(board.add):
+            yield board
+    finally:
+        board.close()
 
 
 def _preflight(prepared: Any, checked: bool) -> dict[str, Any] | None:
@@ -136,10 +170,18 @@ def sweep(
     chosen = parse_rates(rates) if rates else None
     first = parse_rate_rps(start, "--start")
     checked = kw.pop("preflight")
+    port = _dashboard_args(kw)
     opts = _base_options(urls, "sweep", kw)
     out_dir, _, first_answer = _search_dir(opts, checked)
+    boards: list[Any] = []
 
     def on_step(i: int, n: int, rate: float, step: Any) -> None:
+        if step is not None and boards:
+            r = step.summary["rates"]
+            boards[0].add_trial(
+                {"name": f"step {i + 1}/{n}", "rate_rps": rate, "verdict": step.summary["verdict"],
+                 "throughput_rps": r["throughput_rps"], "goodput_rps": r["goodput_rps"]}
+            )  # fmt: skip
         if step is not None and not quiet:
             r = step.summary["rates"]
             what = f"{rate:g} users" if step.summary["mode"] == "closed" else f"{rate:g}/s"
@@ -153,6 +195,25 @@ def sweep(
     runner.extra["meta"] = collect(invoked_argv())
     if first_answer is not None:
         runner.extra["preflight"] = first_answer
+    with _dashboard(port, f"sweep {out_dir}") as board:
+        boards.extend([board] if board is not None else [])
+        _sweep_steps(runner, users, rates, chosen, first, quiet)
+    doc = runner.write()
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    if not quiet:
+        print_sweep(doc, stderr=as_json)
+        click.echo(f"saved     {out_dir}/sweep.json", err=as_json)
+    report = sweep_report(out_dir) if runner.steps else ""
+    if report and not quiet:
+        click.echo(f"report    {report}", err=as_json)
+    sys.exit(3 if runner.note.startswith(("stopped", "interrupted")) else 0)
+
+
+def _sweep_steps(
+    runner: Any, users: Any, rates: str, chosen: Any, first: float, quiet: bool
+) -> None:
+    """Run the sweep's steps: users (closed loop), auto (a probe first), double or a list."""
     if users:
         runner.run_users(users)
     elif rates.strip() == "auto":
@@ -172,16 +233,6 @@ def sweep(
         runner.run_auto(first)
     else:
         runner.run_rates(chosen)
-    doc = runner.write()
-    if as_json:
-        click.echo(json.dumps(doc, indent=2))
-    if not quiet:
-        print_sweep(doc, stderr=as_json)
-        click.echo(f"saved     {out_dir}/sweep.json", err=as_json)
-    report = sweep_report(out_dir) if runner.steps else ""
-    if report and not quiet:
-        click.echo(f"report    {report}", err=as_json)
-    sys.exit(3 if runner.note.startswith(("stopped", "interrupted")) else 0)
 
 
 @click.command()
@@ -255,7 +306,9 @@ def knee(
     if bool(urls) == bool(scenario):
         raise BadInput("URL", " ".join(urls) or None, "a URL to measure, or --sim SCENARIO")
     checked = kw.pop("preflight")
+    port = _dashboard_args(kw)
     first_answer = None
+    boards: list[Any] = []
     if scenario:
         trial, out_dir, slo_specs = _sim_knee_setup(scenario, kw, least)
         confirm = None
@@ -291,6 +344,13 @@ def knee(
         slo_specs = list(opts.slo)
 
     def on_trial(t: Any) -> None:
+        if boards:
+            d = t.detail
+            boards[0].add_trial(
+                {"name": t.phase, "rate_rps": t.rate_rps, "verdict": t.settled
+                 + ("" if t.firm else " (steering)"), "throughput_rps": d.get("throughput_rps"),
+                 "goodput_rps": d.get("goodput_rps")}
+            )  # fmt: skip
         if not quiet:
             mark = (
                 t.settled
@@ -310,7 +370,9 @@ def knee(
     )  # fmt: skip
     code = 0
     try:
-        result = search.run(first, lo, hi)
+        with _dashboard(port, f"knee {out_dir}") as board:
+            boards.extend([board] if board is not None else [])
+            result = search.run(first, lo, hi)
     except KneeAborted as exc:
         if exc.result is None:
             click.echo(f"tailwise: knee: {exc}", err=True)
