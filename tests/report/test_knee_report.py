@@ -74,13 +74,16 @@ def _dom(page: Path) -> dict[str, Any]:
 def test_a_knee_directory_gets_its_report(
     demo_target: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """One knee with a TTFT SLO against the demo LLM server, and what it shows: its live
+    lines (one trial numbering across phases, TTFT beside e2e), then its report."""
     llm = demo_target("llm")
     argv = ["knee", llm, "--api", "openai-chat", "--model", "tailwise-demo", "--max-tokens", "16"]
     argv += ["--slo", "p99(ttft)<=200ms", "--start", "40/s", "--max-rate", "200/s"]
-    argv += ["--duration", "1s", "--api-key", "sk-knee-secret-0123456789"]
+    argv += ["--duration", "1s", "--api-key", "sk-knee-secret-0123456789", "--progress"]
     code, out, err = run_cli([*argv, "--out", str(tmp_path)], capsys)
     assert code in (0, 3), err
     assert f"report    {tmp_path}/report.html" in out  # written by the search itself
+    _check_live_lines(err, tmp_path)
     (tmp_path / "report.html").unlink()
     main(["report", str(tmp_path)])  # and again, from the files
     out = capsys.readouterr().out
@@ -114,6 +117,25 @@ def test_a_knee_directory_gets_its_report(
     held, failed = doc["band_rps"]
     assert (f"{failed:.4g}/s" if failed is not None else "no rate tried") in found["band"]
     assert (f"{held:.4g}/s" if held is not None else "no rate tried") in found["band"]
+
+
+def _check_live_lines(err: str, directory: Path) -> None:
+    """A TTFT SLO shows TTFT p99 on the live line (a 1 s e2e p99 beside a 200 ms TTFT SLO
+    read as a violation); the settling trials go on from the steering trials' numbers
+    ("trial 5", not a second "trial 1"), in the live label and in their directories."""
+    live = [ln for ln in err.splitlines() if re.match(r"  trial \d+: ", ln)]
+    assert live, err
+    assert all("ttft p99" in ln and "e2e p99" in ln for ln in live), live[:3]
+    numbers = [int(ln.split()[1].rstrip(":")) for ln in live]
+    doc = json.loads((directory / "knee.json").read_text())
+    dirs = sorted(d.name for d in directory.iterdir() if d.is_dir())
+    # (a search stopped by an invalid trial keeps it out of knee.json: count directories)
+    assert list(dict.fromkeys(numbers)) == list(range(1, len(dirs) + 1)), (numbers, dirs)
+    assert numbers == sorted(numbers)  # never back to "trial 1"
+    taken = sorted(int(d.split("-")[1]) for d in dirs)
+    assert taken == list(range(1, len(dirs) + 1)), dirs  # one numbering for both kinds
+    phases = {t["phase"] for t in doc["trials"]}
+    assert any(d.startswith("settle-") for d in dirs) or phases <= {"bracket", "bisect"}
 
 
 def test_a_simulated_run_records_how_it_was_made(tmp_path: Path) -> None:
