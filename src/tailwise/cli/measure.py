@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
 from tailwise.cli.options import invoked_argv, run_options
+from tailwise.cli.run_extras import dashboard, dashboard_args, preflight, shown_target
 from tailwise.errors import BadInput
 from tailwise.files import atomic_write_text, output_directory
 from tailwise.units import parse_confidence
@@ -31,12 +30,12 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
     kw["header"] = list(kw["header"])
     kw["confidence"] = parse_confidence(kw.get("confidence", 0.95))
     checked = kw.pop("preflight")
-    board = _dashboard_args(kw)
+    board = dashboard_args(kw)
     opts = RunOptions(urls=list(urls), **kw)
     prepared = prepare(opts)
-    first = _preflight(prepared, checked)
+    first = preflight(prepared, checked)
     directory = run_directory(opts, prepared.targets[0])
-    with _dashboard(board, f"run {prepared.targets[0].url}"):
+    with dashboard(board, f"run {prepared.targets[0].url}"):
         result = execute(prepared, directory)
     if first is not None:  # recorded apart: never a record, never in the window
         result.summary["preflight"] = first
@@ -54,49 +53,6 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
 
             click.echo(workers_line(result.summary), err=as_json)
     sys.exit(result.exit_code)
-
-
-def _dashboard_args(kw: dict[str, Any]) -> int | None:
-    """--dashboard's port (0: a free one), or None without --dashboard; both keys taken."""
-    asked, port = kw.pop("dashboard", False), kw.pop("dashboard_port", 0)
-    if asked and not 0 <= port <= 65535:
-        raise BadInput("--dashboard-port", port, "a port from 0 (a free one) to 65535")
-    return port if asked else None
-
-
-@contextlib.contextmanager
-def _dashboard(port: int | None, title: str) -> Iterator[Any]:
-    """The live page of ``--dashboard`` for the length of the block (None without it)."""
-    if port is None:
-        yield None
-        return
-    from tailwise.loadgen import live
-    from tailwise.report.dashboard import Dashboard
-
-    try:
-        board = Dashboard(title, port)
-    except OSError as exc:
-        why = exc.strerror or type(exc).__name__
-        raise BadInput("--dashboard-port", port, f"a free port on 127.0.0.1 ({why})") from None
-    click.echo(f"dashboard {board.url}  (live until the command ends)", err=True)
-    try:
-        with live.listening(board.add):
-            yield board
-    finally:
-        board.close()
-
-
-def _preflight(prepared: Any, checked: bool) -> dict[str, Any] | None:
-    """One cheap request to each target before anything is planned (``--no-preflight``:
-    none); a failure raises PreflightFailed, which exits with its own code."""
-    if not checked:
-        return None
-    from tailwise.loadgen.preflight import check
-
-    o = prepared.opts
-    if o.out:  # an occupied or read-only --out is bad input (exit 2): found before sending
-        output_directory(Path(o.out), force=o.force, create=False)
-    return check(prepared)
 
 
 def _llm_lines(summary: dict[str, Any]) -> list[str]:
@@ -139,7 +95,7 @@ def _search_dir(opts: Any, checked: bool) -> tuple[Any, bool, dict[str, Any] | N
 
     # Prepared once with a stand-in rate: checks every option before the first step.
     p = prepare(dataclasses.replace(opts, rate="1/s"))
-    first = _preflight(p, checked)
+    first = preflight(p, checked)
     return run_directory(opts, p.targets[0]), p.scaled_out, first
 
 
@@ -170,7 +126,7 @@ def sweep(
     chosen = parse_rates(rates) if rates else None
     first = parse_rate_rps(start, "--start")
     checked = kw.pop("preflight")
-    port = _dashboard_args(kw)
+    port = dashboard_args(kw)
     opts = _base_options(urls, "sweep", kw)
     out_dir, _, first_answer = _search_dir(opts, checked)
     boards: list[Any] = []
@@ -195,7 +151,7 @@ def sweep(
     runner.extra["meta"] = collect(invoked_argv())
     if first_answer is not None:
         runner.extra["preflight"] = first_answer
-    with _dashboard(port, f"sweep {out_dir}") as board:
+    with dashboard(port, f"sweep {out_dir}") as board:
         boards.extend([board] if board is not None else [])
         _sweep_steps(runner, users, rates, chosen, first, quiet)
     doc = runner.write()
@@ -306,7 +262,7 @@ def knee(
     if bool(urls) == bool(scenario):
         raise BadInput("URL", " ".join(urls) or None, "a URL to measure, or --sim SCENARIO")
     checked = kw.pop("preflight")
-    port = _dashboard_args(kw)
+    port = dashboard_args(kw)
     first_answer = None
     boards: list[Any] = []
     if scenario:
@@ -370,7 +326,7 @@ def knee(
     )  # fmt: skip
     code = 0
     try:
-        with _dashboard(port, f"knee {out_dir}") as board:
+        with dashboard(port, f"knee {out_dir}") as board:
             boards.extend([board] if board is not None else [])
             result = search.run(first, lo, hi)
     except KneeAborted as exc:
@@ -382,7 +338,7 @@ def knee(
     doc["confidence"] = float(opts.confidence) if not scenario else 0.95
     if first_answer is not None:
         doc["preflight"] = first_answer
-    doc["target"] = _shown_target(opts) if urls else f"sim:{scenario}"
+    doc["target"] = shown_target(opts) if urls else f"sim:{scenario}"
     doc["meta"] = collect(invoked_argv())
     atomic_write_text(out_dir / "knee.json", json.dumps(doc, indent=2) + "\n")
     if as_json:
@@ -393,16 +349,6 @@ def knee(
     if report and not quiet:
         click.echo(f"report    {report}", err=as_json)
     sys.exit(code)
-
-
-def _shown_target(opts: Any) -> str:
-    """The URLs as a run's outputs show them: the API's path, no credentials, query values
-    masked (a gateway's ?key=...)."""
-    from tailwise.loadgen.openai import api_url
-    from tailwise.loadgen.targets import parse_url
-
-    urls = [api_url(u, opts.api) if opts.api else u for u in opts.urls]
-    return ", ".join(parse_url(u).url for u in urls)
 
 
 def _sim_knee_setup(scenario: str, kw: dict[str, Any], least: int) -> tuple[Any, Path, list[str]]:

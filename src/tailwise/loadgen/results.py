@@ -273,7 +273,7 @@ class Progress:
         self,
         engine: Engine,
         total_s: float | None,
-        stream: TextIO = sys.stderr,
+        stream: TextIO | None = None,  # sys.stderr as it is when the run starts
         *,
         target_rps: float | None = None,
         label: str = "",
@@ -286,7 +286,7 @@ class Progress:
         self.extra = tuple(dict.fromkeys(m for m in slo_metrics if m in LIVE_METRICS))
         self._extra_ns: dict[str, list[np.ndarray]] = {m: [] for m in self.extra}
         self.total_s = total_s
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stderr
         self.target_rps = target_rps
         self.label = label
         self._latency_ns: list[np.ndarray] = []  # successful requests since the last line
