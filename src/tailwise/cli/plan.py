@@ -325,7 +325,6 @@ def plan_capacity(
 ) -> None:
     """Replicas needed for --rate under the SLOs, the knee per replica and of the fleet,
     and p50/p99 at the target with 95% CIs from simulated replications."""
-    from rich.console import Console
 
     from tailwise.limits import MAX_PLANNED_REQUESTS, MAX_REPLICAS, MAX_RUNS, within
     from tailwise.sim.scenario import load_scenario
@@ -347,6 +346,8 @@ def plan_capacity(
         what_planned = "requests planned (rate x the model's arrival.duration)"
         within("--rate", planned, MAX_PLANNED_REQUESTS, what_planned, given=rate)
     what = WhatIf(replicas, router, batch_size, hedge, sets)
-    with Console(stderr=True).status("planning ...") as status:
-        result = capacity(sc, rate_rps, what, replications, status.update)
+    from tailwise.cli.progress import phases
+
+    with phases("plan capacity", "planning ...") as tell:
+        result = capacity(sc, rate_rps, what, replications, tell)
     emit_plan(result, as_json)
