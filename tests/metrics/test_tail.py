@@ -19,6 +19,7 @@ from tailwise.metrics.tail import (
     idle_on_arrival,
     miss_bound,
     regeneration,
+    service_heaviness,
 )
 from tailwise.metrics.uncertainty import decide_within, t_quantile, tail_heaviness
 from tailwise.records import Records
@@ -91,10 +92,10 @@ def test_infinite_values_count_as_certain_misses() -> None:
 
 def test_the_gates_refuse_a_busy_system_and_a_heavy_service() -> None:
     light = Regeneration(0.5, np.ones(10))
-    assert gates(light, 1.0) == ""
-    assert "found the system empty" in gates(Regeneration(IDLE_GATE - 0.01, np.ones(10)), 1.0)
-    assert "heavy" in gates(light, 3.0)
-    assert gates(None, 1.0)
+    assert gates(light, 0.8) == ""
+    assert "found the system empty" in gates(Regeneration(IDLE_GATE - 0.01, np.ones(10)), 0.8)
+    assert "heavy" in gates(light, 1.5)
+    assert gates(None, 0.8)
 
 
 def _decide(lam: float, n: int, seed: int, factor: float, with_regen: bool) -> str:
@@ -208,11 +209,21 @@ def test_the_empty_system_requests_show_a_service_tail_the_queue_hides() -> None
         x = done - arrivals
         regen = regeneration(idle_on_arrival(arrivals, done), x)
         assert tail_heaviness(x) < 2.0
-        heavy_service += gates(regen, tail_heaviness(regen.service)) != ""
+        heavy_service += gates(regen, service_heaviness(regen.service)) != ""
     assert heavy_service == 12
     light = 0
     for seed in range(20):
         arrivals, done = mm1_path(0.42 * MU, 3000, seed)
         regen = regeneration(idle_on_arrival(arrivals, done), done - arrivals)
-        light += gates(regen, tail_heaviness(regen.service)) == ""
+        light += gates(regen, service_heaviness(regen.service)) == ""
     assert light >= 17
+
+
+def test_the_service_reading_tells_an_exponential_from_heavier_services() -> None:
+    """service_heaviness over 2,000 independent service times: an exponential reads under
+    the gate in every sample; lognormal sigma 1.5 over it in every one; too few values
+    read as infinitely heavy (the model must not decide on them)."""
+    rng = np.random.default_rng(8)
+    assert all(service_heaviness(rng.exponential(1.0, 2000)) < 1.0 for _ in range(50))
+    assert all(service_heaviness(rng.lognormal(0.0, 1.5, 2000)) >= 1.0 for _ in range(50))
+    assert service_heaviness(rng.exponential(1.0, 50)) == math.inf

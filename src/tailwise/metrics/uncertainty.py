@@ -570,7 +570,7 @@ def _tail_bound(
     ``(1 + confidence) / 2``; None where its gates refuse the run."""
     if q < tail.MIN_Q or regen is None:
         return None
-    if tail.gates(regen, tail_heaviness(regen.service)):
+    if tail.gates(regen, tail.service_heaviness(regen.service)):
         return None
     t_level = t_quantile(_two_sided(confidence), tail.BLOCKS - 1)
     return tail.miss_bound(values, threshold, q, t_level)
