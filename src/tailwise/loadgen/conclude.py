@@ -262,11 +262,13 @@ def server_part(
     reconnects = getattr(out.transport, "reconnects", None)
     if not isinstance(reconnects, int):
         return {}
+    strays = getattr(out.transport, "stray_answers", 0)
+    stray = {"stray_answers": strays} if strays else {}
     if not p.opts.api:
-        return {"reconnects": reconnects}
+        return {"reconnects": reconnects, **stray}
     notes = getattr(out.transport, "server_notes", None) or {}
     server_view.write_notes(directory, notes)
-    return server_view.sections(
+    part = server_view.sections(
         records,
         window_ns,
         notes,
@@ -274,6 +276,7 @@ def server_part(
         streamed=p.streaming,
         reuse_asked=p.reuse_asked,
     )
+    return {**part, **stray}
 
 
 def token_source(out: Outcome) -> dict[str, Any]:

@@ -77,6 +77,7 @@ class ConnPool(Protocol):
     rx: Any  # the stream reader of stream connections (http_stream.stream_reader), or None
     idle: list[Conn]
     waiting: deque[tuple[RecordBlock, int]]
+    stray_answers: int
 
     @property
     def owner(self) -> StreamOwner: ...
@@ -122,11 +123,14 @@ class Conn(asyncio.Protocol):
         "head",
         "head_open",
         "j",
+        "held",
         "nbytes",
         "parser",
+        "parsing",
         "pool",
         "read_whole",
         "served",
+        "stray",
         "t_last",
         "transport",
     )
@@ -146,6 +150,12 @@ class Conn(asyncio.Protocol):
         self.head_open = False  # the head so far has no header end yet
         self.served = 0  # final responses completed on this connection
         self.read_whole = READ_WHOLE
+        # Inside the parser's feed: an answer completed there releases the connection
+        # only when the feed returns (``held``: 1 keep it, 2 close it), so that nothing
+        # is sent on it while the same read is still parsed (see release).
+        self.parsing = False
+        self.held = 0
+        self.stray = False  # bytes followed an answer's end in the same read
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -154,7 +164,7 @@ class Conn(asyncio.Protocol):
         """One read of the socket; ``t``: its run-relative arrival, when read elsewhere."""
         block = self.block
         if block is None:  # bytes nobody asked for: the connection can't be trusted
-            self.transport.abort()
+            self.drop_stray()
             return
         if t is None:
             t = now_ns() - self.pool.t0
@@ -181,12 +191,44 @@ class Conn(asyncio.Protocol):
                 b"\r\n\r\n" not in head or head[9:10] in ERROR_DIGITS
             )
         self.nbytes += len(data)
+        self.parsing = True
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):
             # Unparsable, or a protocol switch nobody asked for: not an HTTP answer.
             self.fail(PROTOCOL)
             self.transport.abort()
+        finally:
+            self.parsing = False
+        if self.held:
+            self.release()
+
+    def on_message_begin(self) -> None:
+        if self.block is None:  # a second answer in the read that ended the first
+            self.stray = True
+
+    def drop_stray(self) -> None:
+        """An answer nobody asked for (a server that answered one request twice): what
+        follows on this connection cannot be paired with a request, so it is closed, and
+        counted (``stray_answers``); the request already booked keeps its own answer."""
+        self.pool.stray_answers += 1
+        self.pool.discard(self)
+        self.transport.abort()
+
+    def release(self) -> None:
+        """After the read that completed an answer: the connection serves the next one."""
+        keep, self.held = self.held == 1, 0
+        if self.stray:
+            self.drop_stray()
+            return
+        pool = self.pool
+        if keep and not self.closed:
+            if pool.waiting:
+                pool.start_waiting(self)
+            else:
+                pool.idle.append(self)
+        else:
+            self.transport.close()
 
     def on_message_complete(self) -> None:
         block = self.block
@@ -215,15 +257,12 @@ class Conn(asyncio.Protocol):
         block.bytes_in[j] = self.nbytes
         self.block = None
         self.served += 1
-        pool = self.pool
-        pool.on_done(block, j)
-        if keep and not self.closed:
-            if pool.waiting:
-                pool.start_waiting(self)
-            else:
-                pool.idle.append(self)
-        else:
-            self.transport.close()
+        self.pool.on_done(block, j)
+        # Released once the parser is done with this read, never from inside its callback:
+        # a request sent now would be credited with what the read holds after this answer.
+        self.held = 1 if keep else 2
+        if not self.parsing:
+            self.release()
 
     def sample(self, code: int, status: int) -> None:
         """Keep the body of a failed answer (the error path only; bounded per kind)."""
