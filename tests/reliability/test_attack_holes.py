@@ -105,3 +105,110 @@ def test_a_stream_answered_twice_is_never_credited_to_the_next_request(
     assert ok.any() and (back.output_tokens[ok] == 2).all()
     assert (back.first_token_ns[ok] >= back.sent_ns[ok]).all()
     assert np.all(back.status[ok] == 200)
+
+
+# D3: an event stream delimited by the close (Connection: close, or HTTP/1.0): the close
+# ends the answer, read as any other end: its tokens counted, a missing end a truncation.
+@pytest.mark.parametrize("version", [b"1.1", b"1.0"])
+@pytest.mark.parametrize("ends", [False, True])
+def test_a_stream_that_ends_at_the_close_keeps_its_tokens_and_its_truncation(
+    raw_server: Serve, tmp_path: Path, version: bytes, ends: bool
+) -> None:
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_head(r)
+        w.write(b"HTTP/%s 200 OK\r\nContent-Type: text/event-stream\r\n" % version)
+        w.write(b"Connection: close\r\n\r\n")
+        for text in ("one", "two", "three"):
+            await asyncio.sleep(0.002)
+            w.write(sse_answer(text, done=False))
+            await w.drain()
+        if ends:
+            w.write(sse_answer(done=True))
+        await w.drain()
+
+    name = f"{version.decode()}-{ends}"
+    res = tailwise.run(
+        raw_server(serve) + "/v1",
+        api="openai-chat",
+        model="m",
+        rate="20/s",
+        requests=4,
+        out=str(tmp_path / name),
+        progress=False,
+    )
+    s = res.summary
+    assert s["requests"]["accounted"]
+    errors = {} if ends else {"truncated": 4}
+    assert s["requests"]["errors"] == errors, s["requests"]
+    back = read_jsonl(tmp_path / name / "records.jsonl")
+    assert (back.output_tokens == 3).all() and (back.status == 200).all()
+    assert all(c is not None and len(c) == 3 for c in back.chunk_times)
+    if ends:
+        assert s["itl_ms"]["count"] > 0 and s["tpot_ms"]["count"] > 0
+
+
+# D5: a delta nested past the interpreter's depth is a malformed chunk, not a protocol
+# error with no status; and a request that fails after a 200 head keeps the 200.
+def test_a_delta_nested_past_any_depth_is_a_malformed_chunk(
+    raw_server: Serve, tmp_path: Path
+) -> None:
+    deep = b'data: {"choices":[{"delta":{"content":' + b"[" * 100_000 + b"}}]}\n\n"
+    body = sse_answer("ok", done=False) + deep + sse_answer(done=True)
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + (
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            await read_head(r)
+            w.write(answer)
+            await w.drain()
+
+    res = tailwise.run(
+        raw_server(serve) + "/v1",
+        api="openai-chat",
+        model="m",
+        rate="20/s",
+        requests=4,
+        out=str(tmp_path / "deep"),
+        progress=False,
+    )
+    assert res.summary["requests"]["errors"] == {"malformed_chunk": 4}
+    back = read_jsonl(tmp_path / "deep" / "records.jsonl")
+    assert (back.status == 200).all() and (back.output_tokens == 1).all()
+
+
+@pytest.mark.parametrize("how", ["reset", "too_large", "protocol"])
+def test_a_failure_after_a_200_head_keeps_the_status(
+    raw_server: Serve, tmp_path: Path, how: str
+) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_head(r)
+        w.write(head + b"\r\n")
+        first = sse_answer("a", done=False)
+        w.write(b"%x\r\n%s\r\n" % (len(first), first))
+        await w.drain()
+        await asyncio.sleep(0.01)
+        if how == "reset":
+            w.transport.abort()  # the connection ends mid-stream
+        elif how == "protocol":
+            w.write(b"not a chunk size\r\n")
+        else:  # one event past the 4 MiB bound
+            w.write(b"%x\r\ndata: %s\r\n" % (6 + (5 << 20), b"x" * (5 << 20)))
+        await w.drain()
+        await asyncio.sleep(1)
+
+    res = tailwise.run(
+        raw_server(serve) + "/v1",
+        api="openai-chat",
+        model="m",
+        rate="20/s",
+        requests=2,
+        out=str(tmp_path / how),
+        progress=False,
+    )
+    assert res.summary["requests"]["errors"] == {how: 2}
+    back = read_jsonl(tmp_path / how / "records.jsonl")
+    assert (back.status == 200).all() and (back.output_tokens == 1).all()

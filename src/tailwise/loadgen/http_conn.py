@@ -107,6 +107,18 @@ def ends_at_close(head: bytes | None) -> bool:
     return b"\ncontent-length:" not in headers and b"\ntransfer-encoding:" not in headers
 
 
+def status_of(head: bytes | None) -> int:
+    """The status code of a response that began with ``head`` (``HTTP/1.x NNN``), else 0.
+
+    A request that fails after its answer's head came (a reset, a stream too large, a
+    timeout) keeps the status the server sent: the error is the client's reading of it.
+    """
+    if head is None or len(head) < 12 or not head.startswith(b"HTTP/") or head[8:9] != b" ":
+        return 0
+    code = head[9:12]
+    return int(code) if code.isdigit() else 0
+
+
 class Conn(asyncio.Protocol):
     """One keep-alive connection; carries at most one request at a time (no pipelining).
 
@@ -275,6 +287,8 @@ class Conn(asyncio.Protocol):
         self.block = None
         block.done_ns[self.j] = now_ns() - self.pool.t0
         block.error[self.j] = code
+        if not block.status[self.j]:  # the status the server sent, if its head came
+            block.status[self.j] = status_of(self.head)
         block.bytes_in[self.j] = self.nbytes
         self.pool.on_done(block, self.j)
 
@@ -294,15 +308,9 @@ class Conn(asyncio.Protocol):
                 return
             self.block = block
         if block is not None and exc is None and ends_at_close(self.head):
-            # HTTP/1.1 allows a body that ends when the server closes: complete it.
-            status = self.parser.get_status_code()
-            self.block = None
-            block.done_ns[self.j] = now_ns() - self.pool.t0
-            block.status[self.j] = status
-            if status >= 400:
-                block.error[self.j] = HTTP_5XX if status >= 500 else HTTP_4XX
-                self.sample(block.error[self.j], status)
-            block.bytes_in[self.j] = self.nbytes
-            self.pool.on_done(block, self.j)
+            # HTTP/1.1 allows a body that ends when the server closes: the close is the
+            # answer's end, read as any other end (a stream's tokens, its truncation).
+            self.t_last = now_ns() - self.pool.t0
+            self.on_message_complete()
         self.fail(RESET)
         self.pool.discard(self)
