@@ -212,3 +212,43 @@ def test_a_failure_after_a_200_head_keeps_the_status(
     assert res.summary["requests"]["errors"] == {how: 2}
     back = read_jsonl(tmp_path / how / "records.jsonl")
     assert (back.status == 200).all() and (back.output_tokens == 1).all()
+
+
+# A server that promises keep-alive and closes after each streamed answer (llama-server):
+# a closed-loop user writes its next request at once on the connection whose close is on
+# its way; the target's socket, closed with that request unread in it, answers with a
+# reset. Once the target is seen closing reused connections, such a reset is that race:
+# the request goes once more on a fresh connection, as a reconnect, not a failure.
+def test_a_reset_from_a_keep_alive_close_is_a_reconnect_not_a_failure(
+    raw_server: Serve, tmp_path: Path
+) -> None:
+    read = [0]
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\n"
+    head += b"Keep-Alive: timeout=5, max=100\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_head(r)
+        read[0] += 1
+        w.write(head)
+        for event in (sse_answer("a", done=False), sse_answer("b", done=False)):
+            await asyncio.sleep(0.002)
+            w.write(b"%x\r\n%s\r\n" % (len(event), event))
+        done = sse_answer(done=True)
+        w.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+        await w.drain()  # then the close, whatever came in meanwhile
+
+    res = tailwise.run(
+        raw_server(serve) + "/v1",
+        api="openai-chat",
+        model="m",
+        concurrency=8,
+        duration="2s",
+        server_metrics="off",
+        out=str(tmp_path / "ka"),
+        progress=False,
+    )
+    s = res.summary
+    assert s["requests"]["accounted"] and s["reconnects"] > 0
+    assert s["requests"]["errors"] == {} and s["requests"]["warmup"]["errors"] == {}
+    ok = s["requests"]["ok"] + s["requests"]["warmup"]["ok"]
+    assert ok == read[0]  # every request the target read was booked once, none twice

@@ -109,6 +109,10 @@ class Pool:
         self.retried: set[int] = set()  # seqs sent a second time (at most once each)
         self.reconnects = 0
         self.stray_answers = 0  # connections dropped for an answer nobody asked for
+        # Reused connections the target closed in order between answers (a FIN): it
+        # closes its keep-alive connections, so a reset under a request just written on
+        # one is that close meeting the write (see Conn.close_raced).
+        self.keepalive_closes = 0
         nonce = owner.nonce
         self.nonce_salt = int(nonce, 16) + owner.nonce_offset if nonce else 0
         # Where each payload's nonce placeholder starts (-1: none in it).

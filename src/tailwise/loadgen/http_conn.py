@@ -16,10 +16,14 @@ gave no sign of having taken it up: not one response byte, an orderly close (a
 FIN came first: the end of the stream, or EPIPE when our write then met the
 closed socket; a server that closes before our request arrives sends one), on a
 connection that had already served a request (so the close ends the server's
-keep-alive, it does not refuse this request). A reset (RST: a crashed or
-overloaded peer, or a proxy injecting faults), a failure on a fresh
-connection, a second failure of the same request, or any response byte: the
-request fails as ``reset`` and is never sent again. What remains possible is a
+keep-alive, it does not refuse this request). A reset (RST) counts the same
+once the target has been seen closing reused connections in order
+(``keepalive_closes``): its socket, closed with our request unread in it,
+answers with a reset instead of a FIN (a closed-loop user writes its next
+request the instant an answer ends, and meets this often). Before that, a reset
+(a crashed or overloaded peer, or a proxy injecting faults), a failure on a
+fresh connection, a second failure of the same request, or any response byte:
+the request fails as ``reset`` and is never sent again. What remains possible is a
 server that read the request and then closed in order without a word; the
 resend is counted, never hidden. The record keeps its intended and first send
 instants, so the latency includes the lost attempt and the reconnect.
@@ -78,6 +82,7 @@ class ConnPool(Protocol):
     idle: list[Conn]
     waiting: deque[tuple[RecordBlock, int]]
     stray_answers: int
+    keepalive_closes: int
 
     @property
     def owner(self) -> StreamOwner: ...
@@ -295,16 +300,29 @@ class Conn(asyncio.Protocol):
     def reset_stream(self) -> None:
         """Only stream connections keep per-response stream state."""
 
+    def close_raced(self, exc: Exception | None) -> bool:
+        """Whether a reset under an unanswered request on a reused connection is the
+        target's keep-alive close meeting our write: it is, once this target has been
+        seen closing reused connections in order (a socket closed with our request
+        unread in it answers with a reset, not a FIN). Before that, a reset is a failure."""
+        return isinstance(exc, ConnectionResetError) and self.pool.keepalive_closes > 0
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         block = self.block
+        pool = self.pool
         orderly = exc is None or isinstance(exc, BrokenPipeError)
-        if block is not None and orderly and self.served and not self.nbytes:
-            # Closed in order (a FIN came first) under a request it never answered,
-            # after serving others: the server's close raced our write (module docstring).
-            self.pool.discard(self)
+        if block is None:
+            if orderly and self.served and self in pool.idle:
+                pool.keepalive_closes += 1  # the target closed a connection kept for reuse
+        elif self.served and not self.nbytes and (orderly or self.close_raced(exc)):
+            # Closed under a request it never answered, after serving others: the
+            # server's close raced our write (module docstring).
+            if orderly:
+                pool.keepalive_closes += 1
+            pool.discard(self)
             self.block = None
-            if self.pool.retry(block, self.j):
+            if pool.retry(block, self.j):
                 return
             self.block = block
         if block is not None and exc is None and ends_at_close(self.head):
