@@ -23,7 +23,8 @@ the single-process plan for the same seed. The run goes:
    the single-process code from the merged records, ``latency.hlog``, and a
    ``workers`` section (per-worker counts) in summary.json and run.json.
 
-A worker that dies mid-run: the others go on; its share's rows that never
+A worker that dies mid-run, or is stopped by a signal sent to it alone (its
+process, not the driver's): the others go on; its share's rows that never
 arrived are ``not_sent:worker_lost``; the run is marked interrupted (verdict
 ``invalid``), naming the worker and the count.
 """
@@ -190,6 +191,10 @@ class Driver:
             if arg.get("snapshot"):
                 w.last = arg["snapshot"]
                 self.view.add(arg["snapshot"])
+            if arg.get("signalled") and not self.note:
+                # A signal sent to this worker alone: a worker lost, as if it had died
+                # there; its share from then on is owed, the others go on.
+                w.died, w.died_at_ns = f"stopped by {arg['note']}", int(arg["stopped_at_ns"])
         elif kind in ("died", "error"):
             w.died, w.died_at_ns = str(arg), self.now_ns()
 
@@ -296,7 +301,7 @@ class Driver:
                 merge.settle(path)
             r = merge.worker_records(path, w.index, self.count)
             offsets = merge.share_offsets(p.schedule, w.index, self.count)
-            if w.final is not None:
+            if w.final is not None and not w.died:
                 owed, kind, at = w.final["rows"], "lost", w.final["stopped_at_ns"]
             else:
                 owed, kind, at = int(np.searchsorted(offsets, stop_ns)), lost_kind, w.died_at_ns
@@ -306,19 +311,19 @@ class Driver:
 
     def sending_stopped(self) -> bool:
         """Interrupted: by a signal at the driver, or at a worker (not a worker's death)."""
-        return bool(self.note) or any(w.final and w.final["interrupted"] for w in self.states)
+        return bool(self.note) or any(self._interrupted(w) for w in self.states)
 
     def _stop_ns(self) -> int:
         """Where the plan stopped for everyone: a dead worker owes rows due before it."""
         if self.sending_stopped() or self.stopped_early:
-            stops = [w.final["stopped_at_ns"] for w in self.states if w.final]
+            stops = [w.final["stopped_at_ns"] for w in self.states if w.final and not w.died]
             return int(min(stops, default=self.now_ns()))
         return 2**62
 
     def _notes(self, records: Records) -> list[str]:
         notes = [self.note] if self.note else []
         for w in self.states:
-            if w.final and w.final["interrupted"] and not self.note:
+            if self._interrupted(w) and not self.note:
                 notes.append(f"worker {w.index}: {w.final['note']}")
             if w.died:
                 lost = int(((records.worker == w.index) & _kind(records, merge.WORKER_LOST)).sum())
@@ -353,7 +358,8 @@ class Driver:
 
     @staticmethod
     def _interrupted(w: WorkerState) -> bool:
-        return bool(w.final and w.final["interrupted"])
+        """Stopped by the driver's word (a lost worker, even one signalled, is not)."""
+        return bool(w.final and w.final["interrupted"] and not w.died)
 
     def write_run_json(self, section: dict[str, Any] | None = None) -> None:
         doc = run_json(self.p, self.started_unix)
