@@ -12,12 +12,14 @@
   write leaves the old file or none, never a truncated one. A failure to write
   (disk full, read-only directory) is :class:`OutputError`: one line naming the
   file and the reason.
+* :class:`SpaceReserve` holds disk space for a run's last files while it runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,6 +117,43 @@ def atomic_writer(path: Path) -> Iterator[TextIO]:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+RESERVE_BYTES = 1 << 20  # held for a run's last files (summary.json, client.json, latency.hlog)
+
+
+class SpaceReserve:
+    """Disk space held back for the files a run writes last, so a disk that fills up
+    during the run (the records, the spill file) still takes ``summary.json``.
+
+    An unlinked temporary file in the run directory, allocated when the run starts
+    (``RESERVE_BYTES``, or a quarter of the free space if that is less) and given back
+    (closed) before the summary is written; a killed run leaves nothing behind. Where
+    the file system cannot allocate it, there is no reserve and nothing else changes.
+    """
+
+    def __init__(self, directory: Path, nbytes: int = RESERVE_BYTES) -> None:
+        self._file: Any = None
+        self.bytes = 0
+        held = None
+        try:
+            size = min(nbytes, shutil.disk_usage(directory).free // 4)
+            if size <= 0:
+                return
+            held = tempfile.TemporaryFile(dir=directory, prefix=".tailwise-reserve-")  # noqa: SIM115
+            os.posix_fallocate(held.fileno(), 0, size)
+        except (OSError, AttributeError):  # no room, or no fallocate on this platform
+            if held is not None:
+                held.close()
+            return
+        self._file, self.bytes = held, size
+
+    def release(self) -> None:
+        """Give the space back (idempotent)."""
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
 
 
 # What tailwise writes into a run, sweep or simulation directory: finding one of these

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +21,7 @@ import pytest
 
 import tailwise
 from tailwise.records import Records, read_jsonl
+from tailwise.server import spawn
 from tests.reliability.conftest import Answer
 
 pytestmark = pytest.mark.reliability
@@ -252,3 +257,55 @@ def test_a_reset_from_a_keep_alive_close_is_a_reconnect_not_a_failure(
     assert s["requests"]["errors"] == {} and s["requests"]["warmup"]["errors"] == {}
     ok = s["requests"]["ok"] + s["requests"]["warmup"]["ok"]
     assert ok == read[0]  # every request the target read was booked once, none twice
+
+
+# D14: the disk fills up mid-run. A real small file system: a 1.5 MiB tmpfs mounted in a
+# private mount namespace (``unshare -rm``: no root needed where user namespaces are
+# allowed; skipped where they are not), so the writes meet a real ENOSPC.
+def _private_tmpfs_works(where: Path) -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    where.mkdir()
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {where}"],
+        capture_output=True,
+        timeout=30,
+    )
+    return probe.returncode == 0
+
+
+def test_a_disk_that_fills_up_leaves_a_summary_whole_lines_and_a_rescue_copy(
+    tmp_path: Path,
+) -> None:
+    if not _private_tmpfs_works(tmp_path / "probe"):
+        pytest.skip("no private mount namespace here (unshare -rm): cannot mount a small tmpfs")
+    proc, url = spawn("tailwise.server.loopback", "--service", "1ms", "--lifetime", "120s")
+    disk, copy, temp = tmp_path / "disk", tmp_path / "copy", tmp_path / "temp"
+    disk.mkdir()
+    temp.mkdir()
+    run = f"{sys.executable} -m tailwise run {url}/x --rate 2000/s --requests 8000"
+    run += f" --out {disk}/run --no-progress > {tmp_path}/out 2> {tmp_path}/err"
+    script = f"mount -t tmpfs -o size=1536k tmpfs {disk} && {{ {run}; echo $? > {tmp_path}/rc; }}"
+    script += f"; cp -r {disk}/run {copy}"
+    env = {**os.environ, "TMPDIR": str(temp)}  # where the rescue copy goes
+    try:
+        subprocess.run(["unshare", "-rm", "sh", "-c", script], env=env, timeout=120, check=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    err = (tmp_path / "err").read_text()
+    assert "Traceback" not in err
+    # Invalid (exit 3): the summary is whole, the records file is short.
+    assert (tmp_path / "rc").read_text().strip() == "3", err
+    s = json.loads((copy / "summary.json").read_text())
+    requests = s["requests"]
+    assert requests["scheduled"] + requests["warmup"]["scheduled"] == 8000
+    assert not requests["accounted"] and s["verdict"] == "invalid"
+    assert "No space left on device" in s["records_writer"]["note"]
+    lines = (copy / "records.jsonl").read_text().splitlines()
+    assert 0 < len(lines) == requests["records_on_disk"] < 8000
+    assert all(isinstance(json.loads(line), dict) for line in lines)  # every line whole
+    rescued = list(temp.glob("tailwise-rescue-*/records.jsonl"))
+    assert len(rescued) == 1 and str(rescued[0].parent) in s["records_writer"]["note"]
+    assert len(read_jsonl(rescued[0])) == 8000
+    assert "records.jsonl could not be rewritten" in (tmp_path / "out").read_text()

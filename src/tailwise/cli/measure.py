@@ -11,7 +11,7 @@ import click
 
 from tailwise.cli.options import invoked_argv, run_options
 from tailwise.errors import BadInput
-from tailwise.files import atomic_write_text, output_directory
+from tailwise.files import OutputError, atomic_write_text, output_directory
 from tailwise.units import parse_confidence
 
 
@@ -32,7 +32,10 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
     directory = run_directory(opts, prepared.targets[0])
     result = execute(prepared, directory)
     meta = collect(invoked_argv())
-    (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    try:  # the report's provenance: a run whose disk filled up goes on without it
+        atomic_write_text(directory / "meta.json", json.dumps(meta, indent=2) + "\n")
+    except OutputError as exc:
+        click.echo(f"tailwise: meta.json not written ({exc.reason})", err=True)
     if as_json:
         click.echo(json.dumps(result.summary, indent=2))
     if not quiet:

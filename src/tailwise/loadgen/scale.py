@@ -46,7 +46,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from tailwise.errors import BadInput
-from tailwise.files import OutputError, atomic_write_text
+from tailwise.files import OutputError, SpaceReserve, atomic_write_text
 from tailwise.loadgen import scale_merge as merge
 from tailwise.loadgen.conclude import (
     RunResult,
@@ -121,6 +121,7 @@ class Driver:
         self.judge_from_ns = p.warmup_ns + min(WATCH_MIN_WINDOW_NS, span_ns // 2)
         self.hard_sent = False
         self.started_unix = time.time()
+        self.reserve = SpaceReserve(directory)  # room for the summary if the disk fills
         stream: TextIO = sys.stderr
         self.stream = stream
         show = p.opts.progress
@@ -256,6 +257,7 @@ class Driver:
 
     def conclude(self) -> RunResult:
         p = self.p
+        self.reserve.release()
         records = self.merged_records()
         end_ns = plan_window_end(p, len(records), int(records.scheduled_ns.max(initial=0)))
         interrupted = self.sending_stopped()
