@@ -309,3 +309,32 @@ def test_a_disk_that_fills_up_leaves_a_summary_whole_lines_and_a_rescue_copy(
     assert len(rescued) == 1 and str(rescued[0].parent) in s["records_writer"]["note"]
     assert len(read_jsonl(rescued[0])) == 8000
     assert "records.jsonl could not be rewritten" in (tmp_path / "out").read_text()
+
+
+# A closed loop whose window is shorter than one request: its users wait through the whole
+# window. Said as such (exit 3, with what to change), not "no request was scheduled" with
+# no hint, nor a pass with a throughput of 0.
+@pytest.mark.parametrize("warmup", ["0s", "300ms"])
+def test_a_closed_loop_window_shorter_than_one_request_says_so(
+    raw_server: Serve, tmp_path: Path, warmup: str
+) -> None:
+    async def slow(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            await read_head(r)
+            await asyncio.sleep(0.6)
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    res = tailwise.run(
+        raw_server(slow) + "/x",
+        concurrency=4,
+        duration="200ms",
+        warmup=warmup,
+        out=str(tmp_path / warmup),
+        progress=False,
+    )
+    s = res.summary
+    assert s["requests"]["accounted"] and res.exit_code == 3
+    assert s["verdict"] == "invalid" and s["verdict_cause"] == "short_window"
+    assert "shorter than one request (median latency 0.6" in s["verdict_reason"]
+    said = "no request was scheduled" if warmup != "0s" else "none of its requests completed"
+    assert said in s["verdict_reason"] and "--duration" in s["verdict_hint"]

@@ -325,7 +325,7 @@ class Driver:
     def _notes(self, records: Records) -> list[str]:
         notes = [self.note] if self.note else []
         for w in self.states:
-            if self._interrupted(w) and not self.note:
+            if w.final and self._interrupted(w) and not self.note:
                 notes.append(f"worker {w.index}: {w.final['note']}")
             if w.died:
                 lost = int(((records.worker == w.index) & _kind(records, merge.WORKER_LOST)).sum())
