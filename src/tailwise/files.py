@@ -23,8 +23,9 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
+from tailwise import credentials
 from tailwise.errors import BadInput
 from tailwise.limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, within
 
@@ -106,7 +107,8 @@ def atomic_writer(path: Path) -> Iterator[TextIO]:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            yield fh
+            # Every secret value the process was given is scrubbed from what it writes.
+            yield cast(TextIO, _Scrubbing(fh)) if credentials.known() else fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -117,6 +119,19 @@ def atomic_writer(path: Path) -> Iterator[TextIO]:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+class _Scrubbing:
+    """A file whose ``write`` scrubs the known secret values (:mod:`tailwise.credentials`)."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        return self._inner.write(credentials.scrub(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 RESERVE_BYTES = 1 << 20  # held for a run's last files (summary.json, client.json, latency.hlog)

@@ -8,6 +8,7 @@ Exit codes: 0 pass, 1 an SLO failed, 2 bad input, 3 invalid run, 4 internal erro
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -20,6 +21,15 @@ __all__ = ["cli", "main"]
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes become one line on stderr and exit code 2."""
+    from tailwise import credentials
+
+    # Every secret value given to this process is scrubbed from what it prints.
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (
+        credentials.ScrubbedStream(streams[0]),
+        credentials.ScrubbedStream(streams[1]),
+    )
+    credentials.remember(os.environ.get("OPENAI_API_KEY"))
     try:
         args = list(sys.argv[1:] if argv is None else argv)
         # The command line as typed, for the metadata a report shows (secrets removed there).
@@ -46,3 +56,5 @@ def main(argv: list[str] | None = None) -> None:
             "tailwise: internal error (exit 4); please report it with the output above", err=True
         )
         sys.exit(4)
+    finally:
+        sys.stdout, sys.stderr = streams

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from tailwise import credentials
 from tailwise.errors import BadInput
 
 PATHS = {
@@ -236,6 +237,7 @@ def bodies(
 
 def auth_header(api_key: str | None) -> list[tuple[str, str]]:
     key = api_key or os.environ.get("OPENAI_API_KEY")
+    credentials.remember(key)  # scrubbed from every output, whatever a server echoes
     return [("Authorization", f"Bearer {key}")] if key else []
 
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tailwise import credentials
 from tailwise.arrivals import Schedule, check_planned, parse_schedule
 from tailwise.errors import BadInput
 from tailwise.files import output_directory
@@ -257,6 +258,10 @@ def _requests(
     urls = [openai.api_url(u, o.api) for u in o.urls] if o.api else o.urls
     targets = [parse_url(u) for u in urls]
     headers = [parse_header(h) for h in o.header]
+    for name, value in headers:
+        credentials.remember_header(name, value)  # scrubbed from every output by value
+    for url in o.urls:
+        credentials.remember_url(url)
     if o.api:
         headers += openai.auth_header(o.api_key)
     if o.body is not None and o.bodies is not None:
@@ -537,6 +542,8 @@ def run_json(p: Prepared, started_unix: float) -> dict[str, Any]:
     if opts.get("body") and not str(opts["body"]).startswith("@"):
         opts["body"] = f"<{len(str(opts['body']).encode())} bytes, not saved>"
     opts["urls"] = [t.url for t in p.targets]
+    if opts.get("server_metrics") and str(opts["server_metrics"]).lower() != "off":
+        opts["server_metrics"] = credentials.masked_url(str(opts["server_metrics"]))
     return {
         "started_utc": dt.datetime.fromtimestamp(started_unix, dt.UTC).isoformat(),
         "options": opts,

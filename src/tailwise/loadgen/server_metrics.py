@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from tailwise import credentials
 from tailwise.clock import now_ns
 from tailwise.errors import BadInput
 from tailwise.metrics import derive
@@ -71,9 +72,11 @@ def plan_scrape(
             return None
         parts = urllib.parse.urlsplit(target_url)
         return ScrapePlan(f"{parts.scheme}://{parts.netloc}/metrics", interval_ns, False, insecure)
+    credentials.remember_url(given)  # its user, password, token: scrubbed from every output
     parts = urllib.parse.urlsplit(given.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname or len(given) > 2048:
-        raise BadInput("--server-metrics", given, "an http(s) URL of Prometheus metrics, or off")
+        shown = credentials.masked_url(given)
+        raise BadInput("--server-metrics", shown, "an http(s) URL of Prometheus metrics, or off")
     return ScrapePlan(given.strip(), interval_ns, True, insecure)
 
 
@@ -180,7 +183,7 @@ class Scraper:
         """Scrape once now; start the thread if that worked or the user named the URL."""
         first = self.scrape_once()
         if "reading" not in first and not self.plan.explicit:
-            self.note = f"{self.plan.url}: {first['error']}; not scraped"
+            self.note = f"{credentials.masked_url(self.plan.url)}: {first['error']}; not scraped"
             return False
         self.path.write_text("")
         self._keep(first)
@@ -230,7 +233,10 @@ class Scraper:
         ]
         self._rewrite(rows)
         client = client_ttft_ms(records, window_ns) if llm else None
-        doc = {"url": self.plan.url, "interval_s": self.plan.interval_ns / 1e9}
+        doc = {
+            "url": credentials.masked_url(self.plan.url),
+            "interval_s": self.plan.interval_ns / 1e9,
+        }
         doc.update(summarize_server(rows, window_ns, client))
         doc["timeline"] = timeline(rows, records, llm)
         return doc
@@ -242,7 +248,7 @@ class Scraper:
             out.update({k: v for k, v in r.items() if k not in ("t_ns", "t_end_ns")})
             lines.append(json.dumps(out, separators=(",", ":")))
         with contextlib.suppress(OSError):  # the summary still has them
-            self.path.write_text("\n".join(lines) + ("\n" if lines else ""))
+            self.path.write_text(credentials.scrub("\n".join(lines) + ("\n" if lines else "")))
 
 
 def client_ttft_ms(records: Records, window_ns: tuple[int, int]) -> dict[str, Any] | None:
