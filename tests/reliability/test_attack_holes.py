@@ -338,3 +338,37 @@ def test_a_closed_loop_window_shorter_than_one_request_says_so(
     assert "shorter than one request (median latency 0.6" in s["verdict_reason"]
     said = "no request was scheduled" if warmup != "0s" else "none of its requests completed"
     assert said in s["verdict_reason"] and "--duration" in s["verdict_hint"]
+
+
+# D1: an event line that never ends, in 100-byte HTTP chunks as fast as the socket takes
+# them. Each read used to re-split the whole unfinished line (quadratic: one request held
+# the loop for minutes); read in linear time, the stream reaches its 4 MiB bound within
+# moments and fails as too_large, long before its (generous) timeout.
+def test_an_endless_event_line_is_read_in_linear_time(raw_server: Serve, tmp_path: Path) -> None:
+    piece = b"x" * 100
+    batch = b"%x\r\n%s\r\n" % (len(piece), piece) * 640
+
+    async def endless(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_head(r)
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
+        w.write(b"Transfer-Encoding: chunked\r\n\r\n")
+        w.write(b"%x\r\ndata: \r\n" % 6)
+        while True:
+            w.write(batch)
+            await w.drain()
+
+    res = tailwise.run(
+        raw_server(endless) + "/v1",
+        api="openai-chat",
+        model="m",
+        rate="10/s",
+        requests=2,
+        timeout="60s",
+        server_metrics="off",
+        out=str(tmp_path / "endless"),
+        progress=False,
+    )
+    s = res.summary
+    assert s["requests"]["accounted"] and s["requests"]["errors"] == {"too_large": 2}
+    back = read_jsonl(tmp_path / "endless" / "records.jsonl")
+    assert (back.bytes_in > 4 << 20).all() and (back.status == 200).all()
