@@ -372,3 +372,45 @@ def test_an_endless_event_line_is_read_in_linear_time(raw_server: Serve, tmp_pat
     assert s["requests"]["accounted"] and s["requests"]["errors"] == {"too_large": 2}
     back = read_jsonl(tmp_path / "endless" / "records.jsonl")
     assert (back.bytes_in > 4 << 20).all() and (back.status == 200).all()
+
+
+# D11: /props and /metrics that answer a byte at a time, forever (an endless head). Each
+# read had its own timeout and the whole answer none: the run waited before its first
+# request for as long as the server liked. The whole exchange now has its deadline (2 s).
+def test_a_trickling_props_and_metrics_do_not_hold_the_run(
+    raw_server: Serve, tmp_path: Path
+) -> None:
+    answer = sse_answer("a", "b")
+    ok = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + (
+        b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer)
+    )
+    trickled: list[bytes] = []
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            head = await r.readuntil(b"\r\n\r\n")
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    await r.readexactly(int(line.split(b":")[1]))
+            path = head.split(b" ")[1]
+            if path in (b"/props", b"/metrics"):
+                trickled.append(path)
+                w.write(b"HTTP/1.1 200 OK\r\n")
+                while True:  # a header line that never ends, a byte at a time
+                    w.write(b"X")
+                    await w.drain()
+                    await asyncio.sleep(0.05)
+            w.write(ok)
+            await w.drain()
+
+    url = raw_server(serve)
+    argv = ["run", url + "/v1", "--api", "openai-chat", "--model", "m", "--rate", "20/s"]
+    argv += ["--requests", "4", "--out", str(tmp_path / "t"), "--json"]
+    p = subprocess.run(
+        [sys.executable, "-m", "tailwise", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert set(trickled) == {b"/props", b"/metrics"}  # both were asked, both trickled
+    assert "server_info" not in s and s["requests"]["ok"] == 4
+    assert "Traceback" not in p.stderr
