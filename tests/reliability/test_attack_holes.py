@@ -22,6 +22,7 @@ import pytest
 import tailwise
 from tailwise.records import Records, read_jsonl
 from tailwise.server import spawn
+from tests.clirun import run_cli
 from tests.reliability.conftest import Answer
 
 pytestmark = pytest.mark.reliability
@@ -414,3 +415,28 @@ def test_a_trickling_props_and_metrics_do_not_hold_the_run(
     assert set(trickled) == {b"/props", b"/metrics"}  # both were asked, both trickled
     assert "server_info" not in s and s["requests"]["ok"] == 4
     assert "Traceback" not in p.stderr
+
+
+# simulate with a count: the count ends the run, whichever ends first with a duration; the
+# 60 s default duration no longer cuts a count short, and a long duration no longer
+# stretches the window past it (offered 0.1/s of a 100/s plan).
+@pytest.mark.parametrize("duration", ["", ", duration: 100000s", ", duration: 20s"])
+def test_simulate_ends_at_its_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], duration: str
+) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        f"arrival: {{process: poisson, rate: 100/s, requests: 8000, seed: 1{duration}}}\n"
+        "service: exp:5ms\n"
+    )
+    code, out, err = run_cli(
+        ["simulate", str(scenario), "--json", "--out", str(tmp_path / "o")], capsys
+    )
+    assert code == 0, err
+    s = json.loads(out)
+    if duration.endswith("20s"):  # the duration ends first: 20 s of arrivals, not 8000
+        assert s["window"]["end_s"] == 20.0 and s["requests"]["scheduled"] < 8000
+    else:
+        assert s["requests"]["scheduled"] == 8000
+        assert 70 < s["window"]["end_s"] < 90  # ~80 s: the count's span, one gap after it
+    assert s["rates"]["offered_rps"] == pytest.approx(100, rel=0.05)
