@@ -18,16 +18,24 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from tailwise import credentials
+from tailwise import credentials, limits
 from tailwise.errors import BadInput
-from tailwise.limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, within
+from tailwise.limits import (
+    LIMITS_DOC,
+    MAX_SCENARIO_BYTES,
+    MAX_YAML_DEPTH,
+    MAX_YAML_NODES,
+    within,
+)
 
 
 class OutputError(BadInput):
@@ -39,6 +47,50 @@ class OutputError(BadInput):
         expected = f"a writable place for this file ({self.reason})"
         super().__init__("--out", str(path), expected + (f"; {note}" if note else ""))
         self.path = Path(path)
+
+
+def read_bounded_bytes(
+    path: Path | str, field: str, limit: int | None = None, given: str | None = None
+) -> bytes:
+    """The bytes of ``path``, refused when there are more than ``limit``: a regular file
+    by its size, before anything is read; anything else (a device such as ``/dev/zero``,
+    a pipe) by reading at most ``limit + 1`` bytes (:data:`MAX_INPUT_FILE_BYTES` when not
+    given). Memory stays within ``limit``."""
+    limit = limits.MAX_INPUT_FILE_BYTES if limit is None else limit
+    shown = given if given is not None else str(path)
+    try:
+        with open(path, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "Is a directory")
+            if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+                data = b""
+                too_large = True
+            else:
+                data = fh.read(limit + 1)
+                too_large = len(data) > limit
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise BadInput(field, shown, f"a readable file ({reason})") from None
+    if too_large:
+        raise BadInput(
+            field,
+            f"{shown} (larger)",
+            f"a file of at most {limit >> 20} MiB (limits: {LIMITS_DOC})",
+        )
+    return data
+
+
+def read_bounded_utf8(
+    path: Path | str, field: str, limit: int | None = None, given: str | None = None
+) -> str:
+    """:func:`read_bounded_bytes` as UTF-8 text (a UTF-8 BOM at its start dropped)."""
+    data = read_bounded_bytes(path, field, limit, given)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        shown = given if given is not None else str(path)
+        raise BadInput(field, shown, "a readable UTF-8 file (UnicodeDecodeError)") from None
 
 
 def read_bounded_text(path: Path, field: str, limit: int = MAX_SCENARIO_BYTES) -> str:

@@ -7,6 +7,7 @@ are marked ``long`` as well (deselected by default, ``pytest -m long`` runs them
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +32,13 @@ def proxied(tmp_path: Path) -> Iterator[Proxies]:
 @pytest.fixture
 def raw_server() -> Iterator[Callable[[Answer], str]]:
     """``raw_server(answer)`` -> base URL; ``answer(reader, writer)`` runs per connection."""
+    with raw_servers() as start:
+        yield start
+
+
+@contextlib.contextmanager
+def raw_servers() -> Iterator[Callable[[Answer], str]]:
+    """:func:`raw_server` for any scope: servers on one loop in a thread, closed at the end."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -52,17 +60,19 @@ def raw_server() -> Iterator[Callable[[Answer], str]]:
         servers.append(server)
         return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
-    yield start
+    try:
+        yield start
+    finally:
+        asyncio.run_coroutine_threadsafe(_shut(servers), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
-    async def shut() -> None:
-        for s in servers:
-            s.close()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
-    asyncio.run_coroutine_threadsafe(shut(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+async def _shut(servers: list[asyncio.Server]) -> None:
+    for s in servers:
+        s.close()
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from tailwise import credentials
 from tailwise.errors import BadInput
+from tailwise.files import read_bounded_utf8
 
 PATHS = {
     "openai-chat": "/v1/chat/completions",
@@ -138,10 +139,11 @@ Prompt = str | list[dict[str, Any]]  # a completion prompt, or chat messages
 def read_dataset(path: str) -> list[tuple[Prompt, int | None]]:
     """``(prompt or messages, output length or None)`` per JSONL row."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc.__class__.__name__
-        raise BadInput("--prompts", path, f"a readable UTF-8 JSONL file ({reason})") from None
+        lines = read_bounded_utf8(path, "--prompts").splitlines()
+    except BadInput as exc:
+        raise BadInput(
+            "--prompts", path, exc.expected.replace("file", "UTF-8 JSONL file", 1)
+        ) from None
     rows = []
     for lineno, line in enumerate(lines, 1):
         if line.strip():
@@ -162,7 +164,7 @@ _ROW_FORM = (
 def _dataset_row(line: str, where: str) -> tuple[Prompt, int | None]:
     try:
         row = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadInput(where, line[:40], _ROW_FORM) from None
     if not isinstance(row, dict):
         raise BadInput(where, line[:40], _ROW_FORM)
@@ -192,7 +194,7 @@ def parse_extra_body(text: str | None) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadInput(
             "--extra-body", text, "a JSON object such as '{\"ignore_eos\": true}'"
         ) from None

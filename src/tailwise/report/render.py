@@ -16,7 +16,7 @@ DIR_FORM = "a run directory (with summary.json) or a sweep directory (with sweep
 def _load(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise BadInput("DIR", str(path), f"a readable {path.name} ({exc})") from None
     if not isinstance(doc, dict):
         raise BadInput("DIR", str(path), f"{path.name} holding a JSON object")
@@ -39,7 +39,7 @@ def run_meta(directory: Path, summary: dict[str, Any]) -> dict[str, Any]:
         if path.is_file():
             try:
                 doc = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ValueError):
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError):
                 continue
             if isinstance(doc, dict) and name == "meta.json":
                 meta.update(doc)
