@@ -202,3 +202,11 @@ def test_a_bad_stream_lab_option_is_one_line(capsys: pytest.CaptureFixture[str])
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "--lifetime: got '1100'" in err and "Traceback" not in err
+
+
+def test_a_shared_prefix_counts_once_per_prompt_it_is_copied_into(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """D8: a million-word prefix, drawn once, is copied into 256 prompts (4.8 GB resident)."""
+    argv = ["run", URL, "--api", "openai-chat", "--model", "m", "--shared-prefix", "1000000"]
+    _refused([*argv, "--out", str(tmp_path / "r")], capsys, "--shared-prefix", "16,000,000 words")

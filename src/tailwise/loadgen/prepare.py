@@ -232,9 +232,12 @@ def _llm_bodies(
         lengths = openai.sample_lengths(str(o.input_tokens), "--input-tokens", n, rng)
         prefix = parse_count(str(o.shared_prefix), "--shared-prefix", minimum=0)
         # Sized before a word is drawn: 256 prompts of a million words are 1.8 GB of text.
-        words = sum(max(n_words - prefix, 1) for n_words in lengths) + prefix
+        # The shared prefix is drawn once but copied into every prompt: it counts n times.
+        words = sum(max(n_words - prefix, 1) + prefix for n_words in lengths)
         what = f"words over the {n} synthetic prompts (use --prompts for longer contexts)"
-        within("--input-tokens", words, MAX_PROMPT_WORDS, what, given=o.input_tokens)
+        field = "--shared-prefix" if prefix * n > MAX_PROMPT_WORDS else "--input-tokens"
+        given = o.shared_prefix if field == "--shared-prefix" else o.input_tokens
+        within(field, words, MAX_PROMPT_WORDS, what, given=given)
         if counter is not None:
             prompts = list(exact_prompts(counter, lengths, o.seed, prefix, nonce))
         else:
