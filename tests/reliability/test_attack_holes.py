@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tailwise
-from tailwise.records import Records, read_jsonl
+from tailwise.records import ERROR_KINDS, Records, read_jsonl
 from tailwise.server import spawn
 from tests.clirun import run_cli
 from tests.reliability.conftest import Answer
@@ -440,3 +440,40 @@ def test_simulate_ends_at_its_count(
         assert s["requests"]["scheduled"] == 8000
         assert 70 < s["window"]["end_s"] < 90  # ~80 s: the count's span, one gap after it
     assert s["rates"]["offered_rps"] == pytest.approx(100, rel=0.05)
+
+
+# D4: a multi-turn session keeps each answer to carry it into the next turn: an answer of
+# hundreds of MB was held whole (twice: 1.9 GB resident for 900 MB). The text kept is
+# bounded (4 Mi characters): past it the answer is too_large and its reading stops.
+def test_an_answer_kept_for_the_next_turn_is_bounded(raw_server: Serve, tmp_path: Path) -> None:
+    delta = sse_answer("y" * (1 << 20), done=False)  # 1 Mi characters an event
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+
+    async def huge(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            await read_head(r)
+            w.write(head + b"\r\n")
+            for _ in range(40):  # 40 Mi characters, if nobody stops reading
+                w.write(b"%x\r\n%s\r\n" % (len(delta), delta))
+                await w.drain()
+            done = sse_answer(done=True)
+            w.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+            await w.drain()
+
+    res = tailwise.run(
+        raw_server(huge) + "/v1",
+        api="openai-chat",
+        model="m",
+        turns=2,
+        rate="5/s",
+        requests=2,
+        server_metrics="off",
+        out=str(tmp_path / "turns"),
+        progress=False,
+    )
+    s = res.summary
+    assert s["requests"]["accounted"]
+    back = read_jsonl(tmp_path / "turns" / "records.jsonl")
+    large = back.error == ERROR_KINDS.index("too_large")
+    assert large.any()
+    assert (back.bytes_in[large] < (4 << 20) + 2 * len(delta) + 65536).all()  # stopped there
