@@ -215,11 +215,12 @@ class Scraper:
         # wall-clock start (the only form a scaled-out run reports) on the monotonic clock.
         self._unix_minus_mono_ns = time.time_ns() - now_ns()
 
-    def scrape_once(self) -> dict[str, Any]:
+    def scrape_once(self, timeout_s: float | None = None) -> dict[str, Any]:
         start = now_ns()
         row: dict[str, Any] = {"t_mono_ns": start}
+        timeout_s = self._timeout_s if timeout_s is None else timeout_s
         try:
-            reading = read_exposition(fetch(self.plan.url, self._timeout_s, self.plan.insecure))
+            reading = read_exposition(fetch(self.plan.url, timeout_s, self.plan.insecure))
         except ScrapeError as exc:
             row["error"] = exc.kind
             return row
@@ -232,8 +233,13 @@ class Scraper:
         return row
 
     def start(self) -> bool:
-        """Scrape once now; start the thread if that worked or the user named the URL."""
-        first = self.scrape_once()
+        """Scrape once now; start the thread if that worked or the user named the URL.
+
+        The scrapes that bracket the run (this one, before the clock, and the last, after
+        it: the counters' ends) are off the clock: each gets the full :data:`MAX_TIMEOUT_S`,
+        not the interval's share, since a busy server answering a 100 ms interval's scrape
+        late would cost the whole counter section."""
+        first = self.scrape_once(MAX_TIMEOUT_S)
         if "reading" not in first and not self.plan.explicit:
             self.note = f"{credentials.masked_url(self.plan.url)}: {first['error']}; not scraped"
             return False
@@ -268,7 +274,7 @@ class Scraper:
         self._stop.set()
         self._thread.join(timeout=self._timeout_s + 1.0)
         if not self._thread.is_alive():
-            self._keep(self.scrape_once())
+            self._keep(self.scrape_once(MAX_TIMEOUT_S))
 
     def finish(
         self, t0_unix_s: float, window_ns: tuple[int, int], records: Records, llm: bool
