@@ -502,3 +502,32 @@ def test_a_huge_exposition_is_read_in_slices_that_give_way() -> None:
     assert calls[0] >= 100_000 // PACE_LINES
     body = text.encode()
     assert server_metrics._decode(body) == body.decode()
+
+
+# D13 (the body half): serve-demo buffered a request body whole (800 MiB: 860 MB resident).
+# It refuses one over 16 MiB with 413, by its Content-Length or as it streams in.
+def test_the_demo_refuses_a_huge_body_without_holding_it() -> None:
+    import http.client
+
+    from tailwise.server import spawn_demo
+
+    proc, url = spawn_demo("http", lifetime="60s")
+    try:
+        host, port = url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("POST", "/predict", body=b"{}", headers={"Content-Length": str(800 << 20)})
+        said = conn.getresponse()
+        assert said.status == 413 and b"at most" in said.read()
+        conn.close()
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        piece = b"x" * (1 << 20)
+        conn.request("POST", "/predict", body=iter([piece] * 20), encode_chunked=True)
+        said = conn.getresponse()
+        assert said.status == 413 and b"over" in said.read()
+        conn.close()
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("POST", "/predict", body=b"{}")
+        assert conn.getresponse().status == 200  # the server is still there and answers
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

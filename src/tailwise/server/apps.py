@@ -90,7 +90,7 @@ def _llm_routes(
     def endpoint(chat: bool) -> Handler:
         async def handle(request: Any) -> Any:
             try:
-                req = parse_request(parse_json(await request.body()), chat, cfg.model)
+                req = parse_request(parse_json(await bounded_body(request)), chat, cfg.model)
             except WireError as exc:
                 engine.stats.count(engine.stats.rejected, "bad_request")
                 return _refuse(exc)
@@ -192,7 +192,7 @@ def _embed_routes(
 ) -> list[tuple[str, Handler, list[str]]]:
     async def embeddings(request: Any) -> Any:
         try:
-            body = parse_json(await request.body())
+            body = parse_json(await bounded_body(request))
             inputs = body.get("input")
             if isinstance(inputs, str):
                 inputs = [inputs]
@@ -258,12 +258,12 @@ class _HttpState:
 
 def _http_routes(state: _HttpState, extra: Extra) -> list[tuple[str, Handler, list[str]]]:
     async def predict(request: Any) -> Any:
-        raw = await request.body()
-        if raw:
-            try:
+        try:
+            raw = await bounded_body(request)
+            if raw:
                 parse_json(raw)
-            except WireError as exc:
-                return _refuse(exc)
+        except WireError as exc:
+            return _refuse(exc)
         lab = state.lab
         state.in_flight += 1
         try:
@@ -333,6 +333,25 @@ def build_app(cfg: DemoConfig) -> Any:
     app = st.applications.Starlette(routes=table, lifespan=lifespan)
     held.append(LatencyMiddleware(app, tracker))
     return held[0]
+
+
+MAX_BODY_BYTES = 16 << 20  # far above any prompt a demo target models
+
+
+async def bounded_body(request: Any, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request's body, refused (413) past ``limit`` bytes: by its Content-Length before a
+    byte is read, else as it streams in. An 800 MiB body was buffered whole (860 MB RSS)."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise WireError(413, f"request body of {length} bytes; at most {limit}")
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise WireError(413, f"request body over {limit} bytes")
+        parts.append(part)
+    return b"".join(parts)
 
 
 def serve(cfg: DemoConfig, host: str, port: int, lifetime_s: float | None) -> None:
