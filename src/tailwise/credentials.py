@@ -14,9 +14,10 @@ given, so it removes those, by value, wherever they would go out:
 * removed by :func:`scrub`, which every file writer (:func:`tailwise.files.atomic_writer`),
   the error samples and the CLI's stdout and stderr (:class:`ScrubbedStream`) apply.
 
-Values shorter than :data:`MIN_CHARS` are not recorded (replacing ``ab`` everywhere
-would mangle the output and protect nothing). The registry only grows, and only with
-values given to this process; it is process-wide because secrets are.
+Values shorter than :data:`MIN_CHARS` are not recorded (vLLM's ``EMPTY``, ``dummy``,
+``test``: replacing them everywhere would mangle the output and protect nothing).
+The registry only grows, and only with values given to this process; it is
+process-wide because secrets are.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 REDACTED = "***"
-MIN_CHARS = 4
+MIN_CHARS = 8
 _CREDENTIAL_NAME = re.compile(
     r"(?i)(auth|key|token|secret|pass|cookie|session|sig|cred|bearer|jwt)"
 )
