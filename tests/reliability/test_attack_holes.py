@@ -531,3 +531,32 @@ def test_the_demo_refuses_a_huge_body_without_holding_it() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# D13 (the pipelining half): a client pipelining thousands of requests on a connection. The
+# demo parses a few KiB at a time while at most 32 requests wait (it held 2.4 GB for 500 such
+# connections): every request is still answered, in order, and /health on another
+# connection answers meanwhile.
+def test_the_demo_answers_a_deep_pipeline_a_bounded_piece_at_a_time() -> None:
+    import socket
+
+    from tailwise.server import spawn_demo
+
+    proc, url = spawn_demo("http", lifetime="60s")
+    try:
+        host, port = url.removeprefix("http://").split(":")
+        n = 3000
+        with socket.create_connection((host, int(port)), timeout=30) as flood:
+            flood.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * n)
+            with socket.create_connection((host, int(port)), timeout=30) as other:
+                other.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert other.recv(65536).startswith(b"HTTP/1.1 200")
+            got = b""
+            while got.count(b"HTTP/1.1 200") < n:
+                part = flood.recv(1 << 20)
+                assert part, f"closed after {got.count(b'HTTP/1.1 200')} of {n} answers"
+                got += part
+            assert got.count(b"HTTP/1.1 ") == n
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
