@@ -26,6 +26,20 @@ DEEP = "[" * 100_000
 URL = "http://127.0.0.1:9/x"  # never dialled: each case fails before anything is sent
 
 
+_SSE = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n'
+
+
+async def _stream(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+    while True:
+        head = await r.readuntil(b"\r\n\r\n")
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                await r.readexactly(int(line.split(b":")[1]))
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
+        w.write(b"Content-Length: %d\r\n\r\n%s" % (len(_SSE), _SSE))
+        await w.drain()
+
+
 async def _ok(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
     while True:
         head = await r.readuntil(b"\r\n\r\n")
@@ -45,10 +59,14 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     with raw_servers() as start:
         url = start(_ok) + "/x"
         tailwise.run(url, rate="50/s", requests=20, out=str(where / "run"), progress=False)
+        tailwise.run(
+            start(_stream) + "/v1", api="openai-chat", model="m", rate="50/s", requests=20,
+            server_metrics="off", out=str(where / "llm"), progress=False,
+        )  # fmt: skip
         with pytest.raises(SystemExit):
             argv = ["sweep", url, "--rates", "20,40", "--duration", "300ms", "-q"]
             main([*argv, "--out", str(where / "sweep")])
-    yield {"run": where / "run", "sweep": where / "sweep"}
+    yield {"run": where / "run", "sweep": where / "sweep", "llm": where / "llm"}
 
 
 def _copy(made: dict[str, Path], kind: str, tmp_path: Path) -> Path:
@@ -210,3 +228,17 @@ def test_a_shared_prefix_counts_once_per_prompt_it_is_copied_into(
     """D8: a million-word prefix, drawn once, is copied into 256 prompts (4.8 GB resident)."""
     argv = ["run", URL, "--api", "openai-chat", "--model", "m", "--shared-prefix", "1000000"]
     _refused([*argv, "--out", str(tmp_path / "r")], capsys, "--shared-prefix", "16,000,000 words")
+
+
+@pytest.mark.parametrize("kind", ["run", "llm"])
+def test_an_empty_records_file_beside_a_summary_still_reports(
+    made: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """D10: a log-scaled latency chart with no value above 0 raised ValueError (exit 4)."""
+    run = _copy(made, kind, tmp_path)
+    (run / "records.jsonl").write_text("")
+    from tailwise.cli import main
+
+    main(["report", str(run), "-q"])  # returns: no SystemExit (an error would exit 2 or 4)
+    assert "Traceback" not in capsys.readouterr().err
+    assert (run / "report.html").is_file()
