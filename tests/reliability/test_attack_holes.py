@@ -481,8 +481,8 @@ def test_an_answer_kept_for_the_next_turn_is_bounded(raw_server: Serve, tmp_path
 
 # D12: an 8 MB, 200k-series /metrics, parsed in the scrape thread, held the interpreter lock
 # in long single calls (decode, splitlines) beside the load generator: send-lag p99 1.8 ->
-# 55 ms. It is now read a slice at a time, and the thread gives the lock back every few
-# thousand lines: facts checked here are that the slices change nothing and the thread
+# 55 ms. It is now read a slice at a time, at most 20,000 samples, and the thread gives the
+# lock back every 256 lines: facts checked here are that the slices change nothing and the thread
 # gives way in proportion to the text (the lag itself is benchmarks/hostile_inputs.py's).
 def test_a_huge_exposition_is_read_in_slices_that_give_way() -> None:
     from tailwise.instrument.promtext import PACE_LINES, lines_of, parse_samples

@@ -127,7 +127,7 @@ MAX_LABELS = 32
 
 
 SLICE_CHARS = 1 << 16  # text split into lines a slice at a time (~0.1 ms a slice)
-PACE_LINES = 2048  # lines read between two calls of ``pace``
+PACE_LINES = 256  # lines read between two calls of ``pace`` (~0.3 ms of parsing)
 
 
 def lines_of(text: str, slice_chars: int = SLICE_CHARS) -> Iterator[str]:
