@@ -235,7 +235,13 @@ def test_a_killed_worker_is_reported_lost(
     out = tmp_path / "run"
     cli = _cli(url, out, "--duration", "3s")
     victim = _worker_pids(out)[1]
-    time.sleep(1.2)  # mid-run
+    # Mid-run by what the worker did, not by a fixed sleep (a loaded machine may take
+    # seconds to start): once its first rows are on disk, and a little later.
+    rows = out / "workers" / "w1" / "records.jsonl"
+    deadline = time.monotonic() + 30
+    while not (rows.is_file() and rows.stat().st_size) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)
     os.kill(victim, sig)
     stdout, _ = cli.communicate(timeout=60)
     assert cli.returncode == 3  # invalid
