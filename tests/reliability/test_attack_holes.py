@@ -255,7 +255,11 @@ def test_a_reset_from_a_keep_alive_close_is_a_reconnect_not_a_failure(
     )
     s = res.summary
     assert s["requests"]["accounted"] and s["reconnects"] > 0
-    assert s["requests"]["errors"] == {} and s["requests"]["warmup"]["errors"] == {}
+    # Until the target is first seen closing a connection in order, a reset is its failure
+    # (the rule cannot tell it from a crash yet): at most one per user, at the very start;
+    # was 128 of 1,655 for a 5 s run.
+    errors = {**s["requests"]["errors"], **s["requests"]["warmup"]["errors"]}
+    assert set(errors) <= {"reset"} and sum(errors.values()) <= 8
     ok = s["requests"]["ok"] + s["requests"]["warmup"]["ok"]
     assert ok == read[0]  # every request the target read was booked once, none twice
 
