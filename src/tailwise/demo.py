@@ -28,6 +28,7 @@ from tailwise.capacity import llm_idle_ttft_s, llm_saturated_rps, llm_saturated_
 from tailwise.laws.llm import EngineConfig
 from tailwise.loadgen.runner import RunOptions
 from tailwise.loadgen.sweep import Step, Sweep
+from tailwise.report.meta import collect
 from tailwise.report.render import sweep_report
 from tailwise.report.text import console as text_console
 from tailwise.report.text import print_sweep
@@ -68,7 +69,11 @@ def _step_line(console: Console, i: int, n: int, rate: float, step: Step | None)
     )
 
 
-def run_demo(window: str = "auto", rates: tuple[float, ...] = DEMO_RATES) -> int:
+def run_demo(
+    window: str = "auto", rates: tuple[float, ...] = DEMO_RATES, argv: list[str] | None = None
+) -> int:
+    """The demo: a server, a sweep past its knee, the report; ``argv`` (the command line
+    without the program) goes into the report's metadata."""
     console = text_console()
     cfg = EngineConfig()
     law = (cfg.base_s, cfg.prefill_s_per_token, cfg.decode_s_per_seq, cfg.max_num_seqs)
@@ -96,6 +101,7 @@ def run_demo(window: str = "auto", rates: tuple[float, ...] = DEMO_RATES) -> int
         )
         started = time.monotonic()
         sweep = Sweep(demo_options(base, window), out_dir, lambda *a: _step_line(console, *a))
+        sweep.extra["meta"] = collect(argv if argv is not None else ["demo"])
         sweep.run_rates(list(rates))
         doc = sweep.write()
         report = sweep_report(out_dir) if sweep.steps else ""

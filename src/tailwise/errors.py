@@ -9,6 +9,7 @@ record (see :mod:`tailwise.records`).
     TailwiseError
     ├── BadInput            user input is malformed (exit code 2); names the field
     │   └── MissingExtra    an optional dependency is not installed; names the extra
+    ├── PreflightFailed     the request sent before a run failed (exit code 6 or 7)
     └── TransportError      raised inside a transport, mapped to an error kind
         ├── ConnectError    kind "connect": refused, unreachable, DNS, connect timeout
         ├── TLSError        kind "tls": handshake or certificate failure
@@ -60,6 +61,15 @@ class MissingExtra(BadInput):
             feature, f"module {module} not installed", f"pip install 'tailwise[{extra}]'"
         )
         self.extra = extra
+
+
+class PreflightFailed(TailwiseError):
+    """The one request sent before a run failed (see :mod:`tailwise.loadgen.preflight`):
+    one line naming the status and the server's message, and the exit code for it."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class TransportError(TailwiseError):

@@ -68,6 +68,7 @@ def test_a_closed_port_is_unreachable_with_its_own_exit_code(
     out = tmp_path / "closed"
     url = f"http://127.0.0.1:{_closed_port()}/x"
     args = ["run", url, "--rate", "20/s", "--duration", "1s", "--out", str(out)]
+    args.append("--no-preflight")  # the run's own verdict (the preflight's: test_preflight)
     code, shown, err = run_cli(args, capsys)
     s = json.loads((out / "summary.json").read_text())
     assert code == 6, err

@@ -192,6 +192,7 @@ def test_ctrl_c_while_sending_waits_one_grace(loopback: Loopback, tmp_path: Path
             bodies,
             "--grace",
             "3s",
+            "--no-preflight",  # its one request would hang until --timeout
             "-q",
             "--out",
             str(tmp_path / "r"),

@@ -105,6 +105,7 @@ def test_a_knee_over_several_processes_with_auto_warmup_says_it_goes_without(
 ) -> None:
     argv = ["knee", "http://127.0.0.1:9/x", "--workers", "2", "--slo", "p99(latency)<=50ms"]
     argv += ["--duration", "1s", "--start", "10/s", "--max-rate", "20/s"]
+    argv.append("--no-preflight")  # the note, then trials (the preflight would stop it at once)
     _, _, err = run_cli([*argv, "--out", str(tmp_path)], capsys)
     assert "no early stop over several processes with --warmup auto" in err
     _, _, err = run_cli([*argv, "--warmup", "0.2s", "--out", str(tmp_path / "b")], capsys)

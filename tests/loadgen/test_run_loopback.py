@@ -303,6 +303,7 @@ def test_unreachable_server_is_a_completed_run_of_connect_errors(tmp_path: Path)
         "--duration",
         "1s",
         "--json",
+        "--no-preflight",  # the run itself: the preflight stops it before (test_preflight)
         "--out",
         str(tmp_path / "r"),
     )

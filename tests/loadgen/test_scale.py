@@ -108,7 +108,7 @@ def test_an_unreachable_ray_cluster_is_bad_input(
     """Refused at once (ray.init alone would retry for minutes), before anything is sent."""
     pytest.importorskip("ray")
     argv = ["run", "http://127.0.0.1:9/", "--rate", "10/s", "--ray", "127.0.0.1:1"]
-    argv += ["--out", str(tmp_path)]
+    argv += ["--out", str(tmp_path), "--no-preflight"]  # (port 9: the preflight stops first)
     code, _, err = run_cli(argv, capsys)
     assert code == 2
     assert err.startswith("tailwise: error: --ray: got '127.0.0.1:1'") and "refused" in err

@@ -104,6 +104,7 @@ def test_demo_sweeps_the_llm_target_past_its_knee(
     assert "knee ◀    20/s" in out and "tailwise run http://localhost:8000" in out
     (sweep_dir,) = (tmp_path / "runs").iterdir()
     doc = json.loads((sweep_dir / "sweep.json").read_text())
+    assert doc["meta"]["command"] == "tailwise demo" and doc["meta"]["host"]  # for its report
     low, high = doc["steps"]
     assert low["goodput_rps"] == pytest.approx(low["throughput_rps"], rel=0.01)
     assert high["goodput_rps"] < 0.7 * high["throughput_rps"]  # the collapse

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,8 +94,17 @@ def test_spilling_changes_nothing_in_the_records(
     assert kept.summary["requests"] == whole.summary["requests"]
 
 
+def _interrupt_once_spilled(spills: list[int], limit_s: float = 8.0) -> None:
+    """SIGINT as soon as a block has gone to disk (a loaded machine may take longer than
+    any fixed delay to send that many), or at ``limit_s`` whatever happened."""
+    deadline = time.monotonic() + limit_s
+    while not spills and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
 def test_interrupted_run_with_spilled_blocks(tmp_path: Path, spills: list[int]) -> None:
-    threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT)).start()
+    threading.Thread(target=_interrupt_once_spilled, args=(spills,), daemon=True).start()
     res = run(tmp_path, rate="20000/s", arrival="constant", duration="10s", grace="200ms")
     s = res.summary
     assert s["interrupted"] and s["requests"]["accounted"] and spills

@@ -42,6 +42,7 @@ def test_sigterm_inside_a_stall_leaves_complete_books(
     out = tmp_path / "run"
     args = [url + "/x", "--rate", "200/s", "--duration", "30s", "--grace", "100ms"]
     args += ["--bodies", unique_bodies(tmp_path, 3_000), "--out", str(out), "-q"]
+    args.append("--no-preflight")  # the truth pairs each record with one proxied request
     proc = subprocess.Popen(
         [sys.executable, "-m", "tailwise", "run", *args],
         stdout=subprocess.PIPE,

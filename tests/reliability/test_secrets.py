@@ -84,6 +84,7 @@ def test_through_the_proxy_with_key_header_and_query(lab: str, tmp_path: Path) -
         *CREDENTIALS,
         *("--api-key", KEY, "--rate", "20/s", "--requests", "20", "--out", str(tmp_path / "r")),
         *("--server-metrics", "off"),  # the proxy's log counts the run's requests only
+        "--no-preflight",  # (the preflight's own request would be a 21st)
         "--json",
     )
     assert p.returncode in (0, 1), p.stderr  # truncated streams may fail the implicit SLO
@@ -187,6 +188,15 @@ def test_known_secret_values_never_leave_whatever_a_server_echoes(
     p = PLANTED
     metrics = f"http://{p['user']}:{p['password']}@{host}/metrics?token={p['query']}"
     common = ["--api", "openai-chat", "--model", "m", "--rate", "20/s", "--requests", "6"]
+    # The preflight's one request meets the 401 first: its one line names the echo, scrubbed.
+    pre = tailwise(
+        "run",
+        url + "/v1",
+        *common,
+        *("-H", f"X-Key: {p['hdr']}", "--api-key", p["api"], "--out", str(tmp_path / "p")),
+    )
+    assert pre.returncode == 7 and "Incorrect API key provided: ***" in pre.stderr, pre.stderr
+    common.append("--no-preflight")  # the runs themselves: every answer a 401
     first = tailwise(
         "run",
         url + "/v1",
@@ -204,7 +214,7 @@ def test_known_secret_values_never_leave_whatever_a_server_echoes(
     third = tailwise(
         "run", url + "/v1", *common, "--out", str(tmp_path / "c"), env={"OPENAI_API_KEY": p["env"]}
     )
-    outputs = []
+    outputs = [pre.stdout, pre.stderr]
     for run, name in ((first, "a"), (second, "b"), (third, "c")):
         assert run.returncode == 1, run.stderr  # every request failed: 401
         assert "Traceback" not in run.stderr

@@ -142,3 +142,37 @@ def test_plan_capacity_p99_interval_holds_the_steady_state_closed_form(rate_rps:
         truth_ms = 1000 * math.log(100) / (100 - lam)
         mean, half = (float(x) for x in row["latency p99"].split(" ± "))
         assert abs(mean - truth_ms) <= half, (row, truth_ms)
+
+
+def test_plan_capacity_logs_its_phases_into_a_pipe(tmp_path: Path) -> None:
+    """stderr not a terminal: one line per phase (a terminal gets a status line instead)."""
+    import subprocess
+    import sys
+
+    argv = ["plan", "capacity", "--model", str(_model_file(tmp_path)), "--rate", "120/s"]
+    p = subprocess.run(
+        [sys.executable, "-m", "tailwise", *argv, "--replications", "3"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    assert lines[0].startswith("tailwise plan capacity: searching the knee of one replica (")
+    assert any(
+        ln.startswith("tailwise plan capacity: searching the knee of one replica") for ln in lines
+    )
+    assert any(
+        "tailwise plan capacity: simulating 3 replicas, 3 replications" in ln for ln in lines
+    )
+
+
+def test_a_floor_above_the_slo_is_named_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Service alone (200 ms mean) misses a 100 ms p99 at any rate: no fleet can help, and
+    the error says so after one knee search, not after trying ever more replicas."""
+    path = tmp_path / "slow.yaml"
+    path.write_text(json.dumps({**MODEL, "service": "exp:200ms"}))
+    argv = ["plan", "capacity", "--model", str(path), "--rate", "2000/s"]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2 and "--slo" in err and "no number of replicas can" in err, err

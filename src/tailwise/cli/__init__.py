@@ -3,7 +3,8 @@
 One module per command group (measure, simulate, plan, calibrate, reports, proxy,
 demo), shared options in options.py, the group itself in app.py.
 
-Exit codes: 0 pass, 1 an SLO failed, 2 bad input, 3 invalid run, 4 internal error.
+Exit codes: 0 pass, 1 an SLO failed, 2 bad input, 3 invalid run, 4 internal error,
+5 inconclusive, 6 target unreachable, 7 the target refused the preflight request.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ import sys
 import click
 
 from tailwise.cli.app import cli
-from tailwise.errors import BadInput
+from tailwise.errors import BadInput, PreflightFailed
 
 __all__ = ["cli", "main"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user mistakes become one line on stderr and exit code 2."""
+    """Entry point: user mistakes become one line on stderr and exit code 2; a closed
+    pipe (``| head``) ends the output quietly and leaves the command's own exit code;
+    every secret value given to this process is scrubbed from what it prints."""
     from tailwise import credentials
+    from tailwise.cli.pipes import quiet_pipes
 
-    # Every secret value given to this process is scrubbed from what it prints.
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = (
         credentials.ScrubbedStream(streams[0]),
@@ -31,12 +34,24 @@ def main(argv: list[str] | None = None) -> None:
     )
     credentials.remember(os.environ.get("OPENAI_API_KEY"))
     try:
+        with quiet_pipes():
+            _main(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: list[str] | None) -> None:
+    try:
         args = list(sys.argv[1:] if argv is None else argv)
         # The command line as typed, for the metadata a report shows (secrets removed there).
         cli.main(args=argv, prog_name="tailwise", standalone_mode=False, obj={"argv": args})
     except BadInput as exc:
         click.echo(f"tailwise: error: {exc}", err=True)
         sys.exit(2)
+    except PreflightFailed as exc:
+        # The target refused or could not be reached before the run began: one line.
+        click.echo(f"tailwise: {exc}", err=True)
+        sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("tailwise: aborted", err=True)
         sys.exit(130)
@@ -56,5 +71,3 @@ def main(argv: list[str] | None = None) -> None:
             "tailwise: internal error (exit 4); please report it with the output above", err=True
         )
         sys.exit(4)
-    finally:
-        sys.stdout, sys.stderr = streams

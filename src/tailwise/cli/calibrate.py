@@ -51,19 +51,17 @@ def calibrate(
     as_json: bool,
 ) -> None:
     """Fit a simulator model to measured runs (a sweep is best); exit 1 if the fit is poor."""
-    from rich.console import Console
-
     from tailwise.calibrate import as_plan, write_model
     from tailwise.calibrate import calibrate as fit_runs
+    from tailwise.cli.progress import phases
     from tailwise.report.plan import print_plan
     from tailwise.units import parse_duration_ns
 
     wait_ms = parse_duration_ns(max_wait, "--max-wait") / 1e6 if max_wait else None
-    console = Console(stderr=True)
-    with console.status("fitting ...") as status:
+    with phases("calibrate", f"reading {len(runs)} run{'s' if len(runs) != 1 else ''} ...") as tell:
 
         def progress(evaluations: int, error: float) -> None:
-            status.update(f"fitting: {evaluations} simulated fits, best error {error:.3f}")
+            tell(f"fitting: {evaluations} simulated fits, best error {error:.3f}", "fitting")
 
         cal = fit_runs(
             [Path(r) for r in runs],

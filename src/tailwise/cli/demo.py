@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tailwise.cli.options import serve_options
+from tailwise.cli.options import invoked_argv, serve_options
 from tailwise.errors import BadInput
 
 
@@ -27,7 +27,7 @@ def demo(window: str, rates: str | None) -> None:
     chosen = parse_rates(rates) if rates else list(DEMO_RATES)
     if chosen is None:
         raise BadInput("--rates", rates, "a list of rates (auto is for tailwise sweep)")
-    sys.exit(run_demo(window, tuple(chosen)))
+    sys.exit(run_demo(window, tuple(chosen), invoked_argv()))
 
 
 @click.command("serve-demo")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import click
 
 from tailwise.cli.options import invoked_argv, run_options
+from tailwise.cli.run_extras import dashboard, dashboard_args, preflight, shown_target
 from tailwise.errors import BadInput
 from tailwise.files import OutputError, atomic_write_text, output_directory
 from tailwise.units import parse_confidence
@@ -27,10 +29,17 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
     kw["slo"] = list(kw["slo"])
     kw["header"] = list(kw["header"])
     kw["confidence"] = parse_confidence(kw.get("confidence", 0.95))
+    checked = kw.pop("preflight")
+    board = dashboard_args(kw)
     opts = RunOptions(urls=list(urls), **kw)
     prepared = prepare(opts)
+    first = preflight(prepared, checked)
     directory = run_directory(opts, prepared.targets[0])
-    result = execute(prepared, directory)
+    with dashboard(board, f"run {prepared.targets[0].url}"):
+        result = execute(prepared, directory)
+    if first is not None:  # recorded apart: never a record, never in the window
+        result.summary["preflight"] = first
+        atomic_write_text(directory / "summary.json", json.dumps(result.summary, indent=2) + "\n")
     meta = collect(invoked_argv())
     try:  # the report's provenance: a run whose disk filled up goes on without it
         atomic_write_text(directory / "meta.json", json.dumps(meta, indent=2) + "\n")
@@ -61,6 +70,10 @@ def _llm_lines(summary: dict[str, Any]) -> list[str]:
         lines += text_lines(summary["sessions"])
     if "server_metrics" in summary:
         lines += server.text_lines(summary["server_metrics"])
+    if "gpu" in summary:
+        from tailwise.metrics.gpu import text_lines as gpu_lines
+
+        lines += gpu_lines(summary["gpu"])
     return lines
 
 
@@ -75,19 +88,22 @@ def _base_options(urls: tuple[str, ...], command: str, kw: dict[str, Any]) -> An
     kw["slo"] = list(kw["slo"])
     kw["header"] = list(kw["header"])
     kw["name"] = kw.get("name") or command
+    kw.pop("preflight", None)
     kw["confidence"] = parse_confidence(kw.get("confidence", 0.95))
     return RunOptions(urls=list(urls), **kw)
 
 
-def _search_dir(opts: Any) -> tuple[Any, bool]:
-    """The search's directory, and whether its trials go over several processes."""
+def _search_dir(opts: Any, checked: bool) -> tuple[Any, bool, dict[str, Any] | None]:
+    """The search's directory, whether its trials go over several processes, and the
+    preflight's outcome (one request per target, once for the whole search)."""
     import dataclasses
 
     from tailwise.loadgen.runner import prepare, run_directory
 
     # Prepared once with a stand-in rate: checks every option before the first step.
     p = prepare(dataclasses.replace(opts, rate="1/s"))
-    return run_directory(opts, p.targets[0]), p.scaled_out
+    first = preflight(p, checked)
+    return run_directory(opts, p.targets[0]), p.scaled_out, first
 
 
 @click.command()
@@ -116,10 +132,19 @@ def sweep(
     users = parse_users(levels) if levels else None
     chosen = parse_rates(rates) if rates else None
     first = parse_rate_rps(start, "--start")
+    checked = kw.pop("preflight")
+    port = dashboard_args(kw)
     opts = _base_options(urls, "sweep", kw)
-    out_dir, _ = _search_dir(opts)
+    out_dir, _, first_answer = _search_dir(opts, checked)
+    boards: list[Any] = []
 
     def on_step(i: int, n: int, rate: float, step: Any) -> None:
+        if step is not None and boards:
+            r = step.summary["rates"]
+            boards[0].add_trial(
+                {"name": f"step {i + 1}/{n}", "rate_rps": rate, "verdict": step.summary["verdict"],
+                 "throughput_rps": r["throughput_rps"], "goodput_rps": r["goodput_rps"]}
+            )  # fmt: skip
         if step is not None and not quiet:
             r = step.summary["rates"]
             what = f"{rate:g} users" if step.summary["mode"] == "closed" else f"{rate:g}/s"
@@ -131,6 +156,27 @@ def sweep(
 
     runner = Sweep(opts, out_dir, on_step)
     runner.extra["meta"] = collect(invoked_argv())
+    if first_answer is not None:
+        runner.extra["preflight"] = first_answer
+    with dashboard(port, f"sweep {out_dir}") as board:
+        boards.extend([board] if board is not None else [])
+        _sweep_steps(runner, users, rates, chosen, first, quiet)
+    doc = runner.write()
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    if not quiet:
+        print_sweep(doc, stderr=as_json)
+        click.echo(f"saved     {out_dir}/sweep.json", err=as_json)
+    report = sweep_report(out_dir) if runner.steps else ""
+    if report and not quiet:
+        click.echo(f"report    {report}", err=as_json)
+    sys.exit(3 if runner.note.startswith(("stopped", "interrupted")) else 0)
+
+
+def _sweep_steps(
+    runner: Any, users: Any, rates: str, chosen: Any, first: float, quiet: bool
+) -> None:
+    """Run the sweep's steps: users (closed loop), auto (a probe first), double or a list."""
     if users:
         runner.run_users(users)
     elif rates.strip() == "auto":
@@ -150,16 +196,6 @@ def sweep(
         runner.run_auto(first)
     else:
         runner.run_rates(chosen)
-    doc = runner.write()
-    if as_json:
-        click.echo(json.dumps(doc, indent=2))
-    if not quiet:
-        print_sweep(doc, stderr=as_json)
-        click.echo(f"saved     {out_dir}/sweep.json", err=as_json)
-    report = sweep_report(out_dir) if runner.steps else ""
-    if report and not quiet:
-        click.echo(f"report    {report}", err=as_json)
-    sys.exit(3 if runner.note.startswith(("stopped", "interrupted")) else 0)
 
 
 @click.command()
@@ -214,6 +250,8 @@ def knee(
         STEER_MAX_DURATION,
         knee_trial,
     )
+    from tailwise.report.meta import collect
+    from tailwise.report.render import sweep_report
     from tailwise.units import parse_count, parse_fraction, parse_rate_rps
 
     if not kw["slo"] and not scenario:  # a scenario may bring its own slo: list
@@ -230,12 +268,16 @@ def knee(
     least = parse_count(min_requests, "--min-requests", minimum=0)
     if bool(urls) == bool(scenario):
         raise BadInput("URL", " ".join(urls) or None, "a URL to measure, or --sim SCENARIO")
+    checked = kw.pop("preflight")
+    port = dashboard_args(kw)
+    first_answer = None
+    boards: list[Any] = []
     if scenario:
         trial, out_dir, slo_specs = _sim_knee_setup(scenario, kw, least)
         confirm = None
     else:
         opts = _base_options(urls, "knee", kw)
-        out_dir, scaled_out = _search_dir(opts)
+        out_dir, scaled_out, first_answer = _search_dir(opts, checked)
         sequential = opts.duration in (None, "auto")
         # prepare.loss_watch: no watch for --warmup auto over several processes
         if early_stop and scaled_out and opts.warmup == "auto":
@@ -251,19 +293,27 @@ def knee(
         # short cap, as a trial near the knee cannot decide anyway (the firm trials that
         # make the band are placed where they can).
         level = float(opts.confidence)
+        numbers = itertools.count(1)  # one numbering for steering and settling trials
         trial = knee_trial(
             opts, out_dir, least, early_stop, min(STEER_CONFIDENCE, level) if sequential
-            else level, STEER_MAX_DURATION,
+            else level, STEER_MAX_DURATION, counter=numbers,
         )  # fmt: skip
         # No early stop for a settling trial: a loss certain for its planned sample is not
         # yet *shown* at 95%, and the sequential looks stop it once it is.
         confirm = knee_trial(
             opts, out_dir, least, not sequential and early_stop, level, CONFIRM_MAX_DURATION,
-            prefix="settle",
+            prefix="settle", counter=numbers,
         )  # fmt: skip
         slo_specs = list(opts.slo)
 
     def on_trial(t: Any) -> None:
+        if boards:
+            d = t.detail
+            boards[0].add_trial(
+                {"name": t.phase, "rate_rps": t.rate_rps, "verdict": t.settled
+                 + ("" if t.firm else " (steering)"), "throughput_rps": d.get("throughput_rps"),
+                 "goodput_rps": d.get("goodput_rps")}
+            )  # fmt: skip
         if not quiet:
             mark = (
                 t.settled
@@ -283,7 +333,9 @@ def knee(
     )  # fmt: skip
     code = 0
     try:
-        result = search.run(first, lo, hi)
+        with dashboard(port, f"knee {out_dir}") as board:
+            boards.extend([board] if board is not None else [])
+            result = search.run(first, lo, hi)
     except KneeAborted as exc:
         if exc.result is None:
             click.echo(f"tailwise: knee: {exc}", err=True)
@@ -291,11 +343,18 @@ def knee(
         result, code = exc.result, 3
     doc = result.to_json(slo_specs)
     doc["confidence"] = float(opts.confidence) if not scenario else 0.95
+    if first_answer is not None:
+        doc["preflight"] = first_answer
+    doc["target"] = shown_target(opts) if urls else f"sim:{scenario}"
+    doc["meta"] = collect(invoked_argv())
     atomic_write_text(out_dir / "knee.json", json.dumps(doc, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     if not quiet:
-        _print_knee(doc, str(out_dir), stderr=as_json)
+        print_knee(doc, str(out_dir), stderr=as_json)
+    report = sweep_report(out_dir) if doc["trials"] else ""
+    if report and not quiet:
+        click.echo(f"report    {report}", err=as_json)
     sys.exit(code)
 
 
@@ -320,7 +379,7 @@ def _sim_knee_setup(scenario: str, kw: dict[str, Any], least: int) -> tuple[Any,
     return sim_trial(sc, out_dir, least), out_dir, list(sc.slo)
 
 
-def _print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
+def print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
     knee_rps, band = doc["knee_rps"], doc["band_rps"]
     if knee_rps is None:
         click.echo("knee      none found", err=stderr)

@@ -161,6 +161,18 @@ def run_options(f: F) -> F:
             show_default=True,
             help="Time between scrapes (100ms to 60s).",
         ),
+        click.option(
+            "--gpu-metrics",
+            help="GPU telemetry on the run's timeline: nvml (this machine's GPUs; pip install "
+            "'tailwise[gpu]') or dcgm=http://HOST:9400/metrics (a DCGM exporter); adds "
+            "energy per output token and per good request.",
+        ),
+        click.option(
+            "--gpu-metrics-interval",
+            default="500ms",
+            show_default=True,
+            help="Time between GPU samples (100ms to 60s).",
+        ),
         click.option("--api-key", help="Bearer token (default $OPENAI_API_KEY); never saved."),
         click.option("--extra-body", help="JSON object merged into each request body."),
         click.option(
@@ -200,6 +212,26 @@ def run_options(f: F) -> F:
             "--percentiles",
             help="Percentiles to show, vLLM-bench style: 50,90,99,99.9 (others are "
             "added to summary.json under p<q>).",
+        ),
+        click.option(
+            "--preflight/--no-preflight",
+            default=True,
+            show_default=True,
+            help="Send one cheap request to each target first; stop at once on an error "
+            "answer, a wrong model or an unreachable target (exit 7 or 6).",
+        ),
+        click.option(
+            "--dashboard",
+            is_flag=True,
+            help="Serve the live figures as charts on http://127.0.0.1 (a page updated each "
+            "second) until the command ends.",
+        ),
+        click.option(
+            "--dashboard-port",
+            type=int,
+            default=0,
+            show_default=True,
+            help="With --dashboard: the port (0: a free one).",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print summary.json to stdout."),
         click.option("-q", "--quiet", is_flag=True, help="No terminal summary."),

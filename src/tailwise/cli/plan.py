@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from tailwise.cli.options import emit_plan, json_flag
@@ -217,6 +219,15 @@ def plan_availability(up: str, machines: str, need: str | None, as_json: bool) -
 @click.option("--peak-tokens", help="Tokens/s one replica produces when always busy.")
 @click.option("--replicas", help="Fleet size, for the fleet's cost per hour.")
 @click.option("--rate", help="Fleet load: its utilization (or, without --replicas, its size).")
+@click.option(
+    "--joules-per-token",
+    help="Measured GPU energy per output token: J, or a run directory (--gpu-metrics).",
+)
+@click.option(
+    "--joules-per-request",
+    help="Measured GPU energy per request: J, or a run directory (--gpu-metrics).",
+)
+@click.option("--dollars-per-kwh", help="Electricity price, for the energy's cost.")
 @json_flag
 def plan_cost(
     dollars_per_hour: str,
@@ -227,9 +238,13 @@ def plan_cost(
     peak_tokens: str | None,
     replicas: str | None,
     rate: str | None,
+    joules_per_token: str | None,
+    joules_per_request: str | None,
+    dollars_per_kwh: str | None,
     as_json: bool,
 ) -> None:
-    """Cost per request, per token and per 1M of each; a fleet's cost per hour."""
+    """Cost per request, per token and per 1M of each; a fleet's cost per hour; with measured
+    joules, kWh (and electricity cost) per million tokens or requests."""
     from tailwise import plan as p
     from tailwise.units import parse_count, parse_duration_ns, parse_fraction, parse_rate_rps
 
@@ -247,9 +262,36 @@ def plan_cost(
             peak_tps=parse_rate_rps(peak_tokens, "--peak-tokens") if peak_tokens else None,
             replicas=parse_count(replicas, "--replicas") if replicas else None,
             rate_rps=parse_rate_rps(rate, "--rate") if rate else None,
+            joules_per_token=_joules(joules_per_token, "--joules-per-token", "per_output_token_j"),
+            joules_per_request=_joules(joules_per_request, "--joules-per-request", "per_request_j"),
+            dollars_per_kwh=p.parse_positive(dollars_per_kwh, "--dollars-per-kwh")
+            if dollars_per_kwh
+            else None,
         ),
         as_json,
     )
+
+
+def _joules(given: str | None, field: str, key: str) -> float | None:
+    """A number of joules, or a run directory's ``gpu.<key>.value`` (its summary.json)."""
+    from pathlib import Path
+
+    from tailwise import plan as p
+
+    if given is None:
+        return None
+    path = Path(given)
+    if not path.is_dir():
+        return p.parse_positive(given, field)
+    try:
+        doc = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+        value = doc["gpu"][key]["value"]
+    except (OSError, ValueError, KeyError, TypeError):
+        value = None
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        want = f"joules, or a run directory whose summary.json has gpu.{key} (--gpu-metrics)"
+        raise BadInput(field, given, want)
+    return float(value)
 
 
 @plan.command("capacity", short_help="Replicas, knee and p50/p99 from a (calibrated) model.")
@@ -283,7 +325,6 @@ def plan_capacity(
 ) -> None:
     """Replicas needed for --rate under the SLOs, the knee per replica and of the fleet,
     and p50/p99 at the target with 95% CIs from simulated replications."""
-    from rich.console import Console
 
     from tailwise.limits import MAX_PLANNED_REQUESTS, MAX_REPLICAS, MAX_RUNS, within
     from tailwise.sim.scenario import load_scenario
@@ -305,6 +346,8 @@ def plan_capacity(
         what_planned = "requests planned (rate x the model's arrival.duration)"
         within("--rate", planned, MAX_PLANNED_REQUESTS, what_planned, given=rate)
     what = WhatIf(replicas, router, batch_size, hedge, sets)
-    with Console(stderr=True).status("planning ...") as status:
-        result = capacity(sc, rate_rps, what, replications, status.update)
+    from tailwise.cli.progress import phases
+
+    with phases("plan capacity", "planning ...") as tell:
+        result = capacity(sc, rate_rps, what, replications, tell)
     emit_plan(result, as_json)

@@ -33,20 +33,23 @@ SUMMARY_MAX_BYTES = 16 * 1024 * 1024
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("-q", "--quiet", is_flag=True, help="Write the files; print nothing.")
 def report(directory: Path, quiet: bool) -> None:
-    """Re-render a run or sweep directory: terminal summary, PNG charts, report.html."""
+    """Re-render a run, sweep or knee directory: terminal summary, PNG charts, report.html."""
     from tailwise.report.render import kind_of, render_directory
     from tailwise.report.text import print_summary, print_sweep
 
     kind = kind_of(directory)
-    if kind != "sweep":
+    if kind == "run":
         check_saved_summary(directory, "DIR")
     written = render_directory(directory)
     if not quiet:
-        doc = json.loads(
-            (directory / ("sweep.json" if kind == "sweep" else "summary.json")).read_text()
-        )
+        name = {"sweep": "sweep.json", "knee": "knee.json"}.get(kind, "summary.json")
+        doc = json.loads((directory / name).read_text())
         if kind == "sweep":
             print_sweep(doc)
+        elif kind == "knee":
+            from tailwise.cli.measure import print_knee
+
+            print_knee(doc, str(directory), stderr=False)
         else:
             print_summary(doc, str(directory))
         for path in written:

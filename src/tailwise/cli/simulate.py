@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,26 @@ from tailwise.errors import BadInput
 from tailwise.files import atomic_write_text, output_directory
 from tailwise.limits import MAX_RUNS, within
 from tailwise.metrics.verdict import exit_code
+
+
+@contextlib.contextmanager
+def _study_progress(quiet: bool) -> Iterator[Any]:
+    """A progress bar on a terminal; in a pipe or a log, a line now and then (at most every
+    10 s, as calibrate and plan capacity do); nothing with --quiet."""
+    from tailwise.report import study as study_text
+
+    if quiet or sys.stderr.isatty():
+        with study_text.progress_bar(not quiet) as tick:
+            yield tick
+        return
+    from tailwise.cli.progress import phases
+
+    with phases("simulate", "simulating ...") as tell:
+
+        def tick(done: int, total: int) -> None:
+            tell(f"{done}/{total} simulations", "simulating")
+
+        yield tick
 
 
 @click.command()
@@ -80,7 +102,7 @@ def simulate(
         from tailwise.errors import MissingExtra
         from tailwise.report.plot import vary_p99_vs_throughput
 
-        with study_text.progress_bar(sys.stderr.isatty() and not quiet) as tick:
+        with _study_progress(quiet) as tick:
             if varied is not None:
                 doc = study.vary(sc, *varied, replications or 1, tick)
             else:
@@ -102,6 +124,11 @@ def simulate(
         sys.exit(study.exit_code(doc))
     result = run_scenario(sc)
     write_run(directory, result, sc)
+    from tailwise.cli.options import invoked_argv
+    from tailwise.report.meta import collect
+
+    # How the run was made, for its report (as tailwise run writes it)
+    atomic_write_text(directory / "meta.json", json.dumps(collect(invoked_argv()), indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(result.summary, indent=2))
     if not quiet:

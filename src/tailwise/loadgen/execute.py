@@ -35,6 +35,7 @@ import numpy as np
 from tailwise.arrivals import expected_count
 from tailwise.clock import now_ns
 from tailwise.files import SpaceReserve, atomic_write_text
+from tailwise.loadgen import live
 from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
 from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.looplag import LoopLag
@@ -215,7 +216,7 @@ async def _execute(
     engine.begin(t0)
     probe.start(t0, busy=lambda: engine.in_flight > 0)
     show = p.opts.progress if p.opts.progress is not None else sys.stderr.isatty()
-    progress = _progress(p, engine) if show else None
+    progress = _progress(p, engine, show) if show or live.active() else None
     tasks = [loop.create_task(pump(engine, sink, stop_io, spill=spill, progress=progress))]
     if hooks is not None:
         tasks.append(loop.create_task(hooks.follow(engine, t0, stop_io, on_signal)))
@@ -270,13 +271,15 @@ async def _execute(
     )
 
 
-def _progress(p: Prepared, engine: Engine) -> Progress:
+def _progress(p: Prepared, engine: Engine, echo: bool = True) -> Progress:
     rate = p.schedule.describe().get("rate_rps") if p.schedule is not None else None
     return Progress(
         engine,
         (p.horizon_ns or 0) / 1e9 or None,
         target_rps=float(rate) if isinstance(rate, int | float) else None,
         label=p.opts.label or "",
+        slo_metrics=tuple(s.metric for s in p.slos),
+        echo=echo,
     )
 
 

@@ -39,6 +39,7 @@ from tailwise.limits import (
 )
 from tailwise.loadgen import openai
 from tailwise.loadgen.exact_prompts import exact_prompts
+from tailwise.loadgen.gpu_metrics import GpuPlan, plan_gpu
 from tailwise.loadgen.server_metrics import ScrapePlan, plan_scrape
 from tailwise.loadgen.sessions import (
     SessionPlan,
@@ -119,6 +120,10 @@ class RunOptions:
     # None: the target's /metrics for an LLM run when it answers; "off": never.
     server_metrics: str | None = None
     server_metrics_interval: str = "1s"
+    # GPU telemetry beside the load (see loadgen.gpu_metrics): None/"off", "nvml" or
+    # "dcgm=URL", sampled every gpu_metrics_interval.
+    gpu_metrics: str | None = None
+    gpu_metrics_interval: str = "500ms"
     # Knee trials: stop sending once an SLO is certainly lost (see loadgen.watch).
     stop_on_slo_loss: bool = False
     # Scale-out (see loadgen.scale): worker processes ("auto": one per core), and a
@@ -159,6 +164,7 @@ class Prepared:
     workers: int | None = None  # worker processes; None: one process, or Ray's CPU count
     share: tuple[int, int] = (0, 1)  # (index, count): this process's share of the plan
     scrape: ScrapePlan | None = None  # the server's /metrics, scraped by the driver
+    gpu: GpuPlan | None = None  # GPU telemetry, sampled by the driver
     sessions: SessionPlan | None = None  # multi-turn sessions (--turns), with their state
     percentiles: tuple[float, ...] = ()  # --percentiles, parsed
 
@@ -400,6 +406,7 @@ def prepare(o: RunOptions) -> Prepared:
             llm=bool(o.api),
             insecure=o.insecure,
         ),
+        gpu=plan_gpu(o.gpu_metrics, o.gpu_metrics_interval, o.insecure),
     )
     sequential(prepared)  # a --duration auto the run cannot honour fails here, before traffic
     return prepared

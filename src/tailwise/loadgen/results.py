@@ -14,11 +14,12 @@ import select
 import subprocess
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
 from tailwise.clock import now_ns
+from tailwise.loadgen import live
 from tailwise.loadgen.attack import Engine
 from tailwise.loadgen.spill import Spill
 from tailwise.loadgen.writer import WIDTH, pack
@@ -235,6 +236,25 @@ def _hand_over(
         spill.note_written(seqs)
 
 
+LIVE_METRICS = ("service", "ttft", "tpot")  # SLO metrics the live line can show
+
+
+def _live_metric(metric: str, blk: RecordBlock, loc: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """One SLO metric (ns) of a block's completed rows ``loc``, for the rows where it exists."""
+    d = np.frombuffer(blk.done_ns, dtype=np.int64)[loc]
+    if metric == "service":
+        x = np.frombuffer(blk.sent_ns, dtype=np.int64)[loc]
+        return np.asarray((d - x)[ok & (x >= 0)])
+    ft = np.frombuffer(blk.first_token_ns, dtype=np.int64)[loc]
+    has = ok & (ft >= 0)
+    if metric == "ttft":
+        s = np.frombuffer(blk.scheduled_ns, dtype=np.int64)[loc]
+        return np.asarray((ft - s)[has])
+    out = np.asarray(blk.output_tokens, dtype=np.int64)[loc]  # tpot (reasoning tokens too)
+    many = has & (out > 1)
+    return np.asarray((d - ft)[many] // (out[many] - 1))
+
+
 class Progress:
     """A live status line on stderr, once a second during the run.
 
@@ -242,6 +262,9 @@ class Progress:
     elapsed of the planned window, the target rate against the send rate achieved over
     the last second, requests in flight, errors so far, and over the requests completed
     in the last second the send lag's p99 (the client's own lateness) and the latency's.
+    With an SLO on another metric (``slo_metrics``: service, ttft, tpot), that
+    metric's p99 follows too, and the latency's is labelled ``e2e p99``: a TTFT SLO
+    reads beside its own metric, not beside the end-to-end latency of a whole answer.
     The records pump shows it each slice of completions (:meth:`observe`), so the
     pump stays the only reader of the engine's completion log.
     """
@@ -250,14 +273,20 @@ class Progress:
         self,
         engine: Engine,
         total_s: float | None,
-        stream: TextIO = sys.stderr,
+        stream: TextIO | None = None,  # sys.stderr as it is when the run starts
         *,
         target_rps: float | None = None,
         label: str = "",
+        slo_metrics: tuple[str, ...] = (),
+        echo: bool = True,
     ) -> None:
         self.engine = engine
+        self.echo = echo  # write the line (else only publish the figures)
+        # The SLOs' metrics the line shows beside the latency, in the SLOs' order
+        self.extra = tuple(dict.fromkeys(m for m in slo_metrics if m in LIVE_METRICS))
+        self._extra_ns: dict[str, list[np.ndarray]] = {m: [] for m in self.extra}
         self.total_s = total_s
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stderr
         self.target_rps = target_rps
         self.label = label
         self._latency_ns: list[np.ndarray] = []  # successful requests since the last line
@@ -280,30 +309,58 @@ class Progress:
             self._errors += int((err != 0).sum())
             self._latency_ns.append((d - s)[err == 0])
             self._lag_ns.append((x - s)[x >= 0])
+            for metric in self.extra:
+                self._extra_ns[metric].append(_live_metric(metric, blk, loc, err == 0))
 
     @staticmethod
-    def _p99_ms(parts: list[np.ndarray]) -> str:
+    def _p99(parts: list[np.ndarray]) -> float | None:
+        """The p99 (ms) of what completed since the last line; None for nothing."""
         values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        return f"{nearest_rank(np.sort(values), 99.0) / 1e6:.2f}ms" if len(values) else "-"
+        return float(nearest_rank(np.sort(values), 99.0)) / 1e6 if len(values) else None
 
-    def _rate(self) -> str:
+    @staticmethod
+    def _ms(value: float | None) -> str:
+        return f"{value:.2f}ms" if value is not None else "-"
+
+    def _achieved(self) -> float:
         e, now = self.engine, now_ns()
         span_s = (now - max(self._at_ns, e.t0)) / 1e9
         achieved = (e.sent - self._sent_before) / span_s if span_s > 0 else 0.0
         self._sent_before, self._at_ns = e.sent, now
-        target = f"{self.target_rps:g}/s -> " if self.target_rps else ""
-        return f"rate {target}{achieved:.1f}/s"
+        return achieved
+
+    def snapshot(self) -> dict[str, Any]:
+        """The live figures since the last call (published to :mod:`~tailwise.loadgen.live`)."""
+        e = self.engine
+        snap: dict[str, Any] = {
+            "label": self.label,
+            "elapsed_s": max((now_ns() - e.t0) / 1e9, 0.0),
+            "total_s": self.total_s,
+            "target_rps": self.target_rps,
+            "rate_rps": self._achieved(),
+            "in_flight": e.in_flight,
+            "errors": self._errors,
+            "send_lag_p99_ms": self._p99(self._lag_ns),
+            "p99_ms": self._p99(self._latency_ns),
+        }
+        for metric, parts in self._extra_ns.items():
+            snap[f"{metric}_p99_ms"] = self._p99(parts)
+        self._latency_ns, self._lag_ns = [], []
+        self._extra_ns = {m: [] for m in self.extra}
+        return snap
 
     def line(self) -> str:
-        e = self.engine
-        p99, lag = self._p99_ms(self._latency_ns), self._p99_ms(self._lag_ns)
-        self._latency_ns, self._lag_ns = [], []
-        elapsed = (now_ns() - e.t0) / 1e9
+        snap = self.snapshot()
+        live.publish(snap)
+        extra = "".join(f"  {m} p99 {self._ms(snap[f'{m}_p99_ms']):>9}" for m in self.extra)
         total = f"/{self.total_s:.0f}s" if self.total_s else "s"
         label = f"{self.label}  " if self.label else ""
+        target = f"{self.target_rps:g}/s -> " if self.target_rps else ""
         return (
-            f"  {label}{max(elapsed, 0):5.1f}{total}  {self._rate()}  in flight {e.in_flight:>5}"
-            f"  errors {self._errors:>6}  send-lag p99 {lag:>7}  p99 {p99:>9}"
+            f"  {label}{snap['elapsed_s']:5.1f}{total}  rate {target}{snap['rate_rps']:.1f}/s"
+            f"  in flight {snap['in_flight']:>5}  errors {snap['errors']:>6}  send-lag p99 "
+            f"{self._ms(snap['send_lag_p99_ms']):>7}  {'e2e ' if extra else ''}p99 "
+            f"{self._ms(snap['p99_ms']):>9}{extra}"
         )
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -312,8 +369,10 @@ class Progress:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
             text = self.line()
+            if not self.echo:  # only the dashboard listens
+                continue
             self.stream.write(("\r" + text + "\x1b[K") if tty else text + "\n")
             self.stream.flush()
-        if tty:
+        if tty and self.echo:
             self.stream.write("\r\x1b[K")  # the step's own line replaces it
             self.stream.flush()

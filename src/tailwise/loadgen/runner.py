@@ -26,6 +26,7 @@ from tailwise.errors import BadInput
 from tailwise.files import atomic_write_text
 from tailwise.loadgen.conclude import RunResult, conclude
 from tailwise.loadgen.execute import execute_local, no_interrupts
+from tailwise.loadgen.gpu_metrics import GpuSampler
 from tailwise.loadgen.prepare import Prepared, RunOptions, prepare, run_directory
 from tailwise.loadgen.scale import execute_scaled
 from tailwise.loadgen.server_metrics import Scraper
@@ -45,7 +46,10 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
     info = probe(p.targets[0].url) if asks else None
     scraper = Scraper(p.scrape, directory) if p.scrape is not None else None
     scraping = scraper.start() if scraper is not None else False
+    sampler = GpuSampler(p.gpu, directory) if p.gpu is not None else None
     try:
+        if sampler is not None:
+            sampler.start()
         if p.scaled_out:
             result = execute_scaled(p, directory)
             t0_unix_s = float(result.summary.get("workers", {}).get("start_unix_s", 0.0))
@@ -57,14 +61,27 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
     finally:
         if scraper is not None:
             scraper.stop()
-    if scraper is not None or info is not None:
+        if sampler is not None:
+            sampler.stop()
+    if scraper is not None or info is not None or sampler is not None:
         with no_interrupts():
             if info is not None:
                 result.summary["server_info"] = info
             if scraper is not None:
                 _attach_server_metrics(p, result, scraper, scraping, t0_unix_s)
+            if sampler is not None:
+                window = _window_ns(result)
+                confidence = float(result.summary.get("confidence", p.opts.confidence))
+                result.summary["gpu"] = sampler.finish(
+                    t0_unix_s, window, result.records, p.slos, p.streaming, confidence
+                )
             _rewrite_summary(result)
     return result
+
+
+def _window_ns(result: RunResult) -> tuple[int, int]:
+    window = result.summary.get("window", {})
+    return round(window.get("start_s", 0) * 1e9), round(window.get("end_s", 0) * 1e9)
 
 
 def _off(server_metrics: str | None) -> bool:
@@ -81,8 +98,7 @@ def _attach_server_metrics(
     p: Prepared, result: RunResult, scraper: Scraper, scraping: bool, t0_unix_s: float
 ) -> None:
     """The server's side of the run in ``summary.json`` (rewritten), beside the client's."""
-    window = result.summary.get("window", {})
-    window_ns = (round(window.get("start_s", 0) * 1e9), round(window.get("end_s", 0) * 1e9))
+    window_ns = _window_ns(result)
     if scraping:
         doc = scraper.finish(t0_unix_s, window_ns, result.records, p.streaming)
     else:

@@ -47,6 +47,7 @@ import numpy as np
 
 from tailwise.errors import BadInput
 from tailwise.files import OutputError, SpaceReserve, atomic_write_text
+from tailwise.loadgen import live
 from tailwise.loadgen import scale_merge as merge
 from tailwise.loadgen.conclude import (
     RunResult,
@@ -217,7 +218,7 @@ class Driver:
             for w in self.states:
                 if not w.over:
                     self.pool.kill(w.index)
-        if self.show and time.monotonic() >= self._next_progress:
+        if (self.show or live.active()) and time.monotonic() >= self._next_progress:
             self._next_progress = time.monotonic() + PROGRESS_S
             self._progress(now)
 
@@ -242,6 +243,20 @@ class Driver:
         p99 = self.view.p99_ms(int(now_ns // 1_000_000_000) - 1)
         alive = sum(1 for w in self.states if not w.died)
         total = (self.p.horizon_ns or 0) / 1e9
+        live.publish(
+            {
+                "label": self.p.opts.label or "",
+                "elapsed_s": max(now_ns, 0) / 1e9,
+                "total_s": total or None,
+                "sent": sent,
+                "in_flight": in_flight,
+                "errors": errors,
+                "p99_ms": p99,
+                "workers": alive,
+            }
+        )
+        if not self.show:
+            return
         line = (
             f"  {max(now_ns, 0) / 1e9:5.1f}{f'/{total:.0f}s' if total else 's'}  sent {sent:>8}"
             f"  in flight {in_flight:>5}  errors {errors:>6}"

@@ -14,9 +14,10 @@ would measure the client, not the target); so does an interrupted step.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,7 @@ def knee_trial(
     confidence: float = 0.95,
     max_duration: str = TRIAL_MAX_DURATION,
     prefix: str = "trial",
+    counter: Iterator[int] | None = None,
 ) -> Callable[[float], Any]:
     """A knee-search trial that runs one open-loop step per call, in ``out_dir/trial-NN-R``.
 
@@ -242,14 +244,16 @@ def knee_trial(
     requests at its rate. With ``stop_early``, a trial stops sending once an SLO
     is certainly lost (:mod:`tailwise.loadgen.watch`). A sequential trial decides at
     ``confidence`` (a steering trial of the knee search uses less; only a trial at the
-    search's confidence is *firm*, see :mod:`tailwise.knee`).
+    search's confidence is *firm*, see :mod:`tailwise.knee`). Trials that share a
+    ``counter`` share one numbering (the knee's steering and settling trials: "trial 7"
+    is the search's seventh, whichever kind it is).
     """
     from tailwise.units import parse_duration_ns
 
     sequential = base.duration in (None, "auto")
     base_window_s = 0.0 if sequential else parse_duration_ns(str(base.duration), "--duration") / 1e9
 
-    counter = iter(range(1, 10_000))
+    counter = counter if counter is not None else itertools.count(1)
     tries: dict[float, int] = {}
 
     def trial(rate_rps: float) -> Outcome:

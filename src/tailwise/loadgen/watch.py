@@ -29,6 +29,7 @@ import numpy as np
 
 from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import auto_start_ns
+from tailwise.metrics.tail import idle_on_arrival, regeneration
 from tailwise.metrics.uncertainty import decide_within, decision_level
 from tailwise.records import ABSENT, BLOCK_ROWS, RecordBlock
 
@@ -352,7 +353,8 @@ def _decide(
     as_hit = np.where(finished, value, np.where(failed | overdue, math.inf, 0.0))
     t = float(share.threshold_ns)
     level = decision_level(confidence)  # what a verdict at the look's confidence decides on
-    if decide_within(as_miss, t, share.needed, level)[2] == "pass":
+    regen = regeneration(idle_on_arrival(sched, done), as_miss)
+    if decide_within(as_miss, t, share.needed, level, regen)[2] == "pass":
         return "pass"
     if decide_within(as_hit, t, share.needed, level)[2] == "fail":
         return "fail"

@@ -51,10 +51,12 @@ from tailwise.metrics.derive import METRICS
 from tailwise.metrics.percentiles import QUANTILES
 from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import steady_state
+from tailwise.metrics.tail import idle_on_arrival, regeneration
 from tailwise.metrics.uncertainty import (
     CONFIDENCE,
     MIN_BATCHES,
     MIN_EFFECTIVE,
+    TAIL_NOTE,
     Estimate,
     decide_within,
     decision_level,
@@ -115,6 +117,15 @@ class _Derived:
     def __init__(self, r: Records) -> None:
         self.r = r
         self.known: dict[Callable[[Records], np.ndarray], np.ndarray] = {}
+        self._idle: np.ndarray | None = None
+
+    def idle(self) -> np.ndarray:
+        """Per row: sent while nothing else was in flight (:func:`idle_on_arrival`;
+        by scheduled time, as the intervals order the rows)."""
+        if self._idle is None:
+            start = np.where(self.r.sent_ns < 0, -1, self.r.scheduled_ns)
+            self._idle = idle_on_arrival(start, self.r.done_ns)
+        return self._idle
 
     def __call__(self, fn: Callable[[Records], np.ndarray]) -> np.ndarray:
         if fn not in self.known:
@@ -270,8 +281,9 @@ def _slo_estimate(
     v = derived(METRICS[slo.metric])[window_rows]
     x = v.astype(np.float64)
     x[(v < 0) | (r.error[window_rows] != 0)] = math.inf  # failures: infinitely slow
+    regen = regeneration(derived.idle()[window_rows], x)
     if slo.kind == "deadline":
-        share, level, decided = decide_within(x, slo.threshold, slo.target, decide_at)
+        share, level, decided = decide_within(x, slo.threshold, slo.target, decide_at, regen)
         within[slo.spec] = (share, slo.target, level.value)
         shown = (
             share
@@ -293,9 +305,11 @@ def _slo_estimate(
         return _in_ms(e), decided, e.reason
     q = float(slo.stat[1:]) / 100.0
     (e,) = quantiles(x, [q])
-    share, level, decided = decide_within(x, slo.threshold, q, decide_at)
+    share, level, decided = decide_within(x, slo.threshold, q, decide_at, regen)
     within[slo.spec] = (share, q, level.value)
-    return _in_ms(e), *_settle(x, slo.threshold, q, decided, e.reason or share.reason)
+    # A pass by the tail model says so, over the quantile's own "n too small".
+    note = share.reason if share.reason.startswith(TAIL_NOTE) else e.reason or share.reason
+    return _in_ms(e), *_settle(x, slo.threshold, q, decided, note)
 
 
 def _settle(

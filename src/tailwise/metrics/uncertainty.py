@@ -75,14 +75,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
 
+from tailwise.metrics import tail
 from tailwise.metrics.percentiles import nearest_rank
+from tailwise.metrics.tail import Regeneration
 
 CONFIDENCE = 0.95
 START_BATCHES = 40  # first batch count tried; halved while batch means stay correlated
@@ -95,6 +97,7 @@ HEAVY_TOP = 10  # top values the tail's heaviness is read from, at least
 HEAVY_RATIO = 2.0  # Hill estimate / an exponential tail's at that depth: heavy from here
 NS_PER_S = 1e9
 
+TAIL_NOTE = "decided by the tail model"  # how a pass by :mod:`tailwise.metrics.tail` begins
 Verdict = Literal["pass", "fail", "inconclusive"]
 
 
@@ -508,7 +511,11 @@ def heavy_note(values: np.ndarray) -> str:
 
 
 def decide_within(
-    values: np.ndarray, threshold: float, q: float, confidence: float = CONFIDENCE
+    values: np.ndarray,
+    threshold: float,
+    q: float,
+    confidence: float = CONFIDENCE,
+    regen: Regeneration | None = None,
 ) -> tuple[Estimate, Estimate, Verdict]:
     """Is ``p_q <= threshold``? ``(share, quantile, verdict)`` for time-ordered values.
 
@@ -531,16 +538,42 @@ def decide_within(
     requests, as its own interval does): 300 calm requests with no miss pass a p99 by
     the rule of three if they are independent and their tail is light, which is what
     such a sample cannot show (4-server queues with lognormal service passed 20-35% of
-    false p99 SLOs at a --duration auto look of a few hundred requests)."""
+    false p99 SLOs at a --duration auto look of a few hundred requests).
+
+    A third test may only pass: the tail model of :mod:`tailwise.metrics.tail`, for a
+    far threshold (``q >= 0.98``) in a run that ``regen`` (the requests that found the
+    system empty) shows to be made of short independent stretches with a light-tailed
+    service. Its reason replaces the share's."""
     share = threshold_share_ci(values, threshold, confidence)
     quantile = quantile_ci(values, q, confidence)
     votes = {judge(share, q, ">="), judge(quantile, threshold, "<=")}
     if votes == {"pass", "fail"}:
         return share, quantile, "inconclusive"
     verdict: Verdict = "pass" if "pass" in votes else "fail" if "fail" in votes else "inconclusive"
-    if verdict == "pass" and (len(values) * min(q, 1 - q) < MIN_TAIL or heavy_tailed(values)):
-        return share, quantile, "inconclusive"
+    if len(values) * min(q, 1 - q) < MIN_TAIL or heavy_tailed(values):
+        return share, quantile, "inconclusive" if verdict == "pass" else verdict
+    if verdict == "inconclusive":
+        bound = _tail_bound(values, threshold, q, confidence, regen)
+        if bound is not None and bound <= 1.0 - q:
+            note = (
+                f"{TAIL_NOTE}: at most {bound:.3%} beyond the threshold "
+                f"(peaks over the top values, {tail.BLOCKS}-block jackknife)"
+            )
+            return replace(share, reason=note), quantile, "pass"
     return share, quantile, verdict
+
+
+def _tail_bound(
+    values: np.ndarray, threshold: float, q: float, confidence: float, regen: Regeneration | None
+) -> float | None:
+    """The tail model's upper bound on the share beyond ``threshold``, one-sided at
+    ``(1 + confidence) / 2``; None where its gates refuse the run."""
+    if q < tail.MIN_Q or regen is None:
+        return None
+    if tail.gates(regen, tail_heaviness(regen.service)):
+        return None
+    t_level = t_quantile(_two_sided(confidence), tail.BLOCKS - 1)
+    return tail.miss_bound(values, threshold, q, t_level)
 
 
 def rate_ci(

@@ -195,7 +195,43 @@ def run_sections(s: dict[str, Any]) -> list[str]:
         dist_table(s),
         "<h3>SLOs</h3>",
         slo_table(s),
+        *(["<h3>GPU</h3>", gpu_table(s["gpu"])] if isinstance(s.get("gpu"), dict) else []),
     ]
+
+
+def gpu_table(g: dict[str, Any]) -> str:
+    """Each GPU's use, power, memory and energy (``--gpu-metrics``), and energy per unit."""
+    rows = []
+    for gpu in g.get("gpus") or []:
+        cells = [f"{gpu.get('id', '')} {gpu.get('name', '')}"]
+        for key, unit in (("util_pct", "%"), ("power_w", " W")):
+            v = gpu.get(key) or {}
+            cells.append(f"{v['mean']:.0f}{unit} / {v['max']:.0f}{unit}" if v else "-")
+        mem = (gpu.get("mem_used_mib") or {}).get("max")
+        cells.append(f"{mem / 1024:.1f} GiB" if mem is not None else "-")
+        e = gpu.get("energy_j") or {}
+        cells.append(f"{e['value']:.4g} J ({e['method']})" if e else "-")
+        rows.append("<tr class='gpu-row'>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
+    per = []
+    for key, what in (
+        ("per_output_token_j", "per output token"),
+        ("per_request_j", "per request"),
+        ("per_good_request_j", "per good request"),
+    ):
+        est = g.get(key) or {}
+        if est.get("value") is not None:
+            ci = est.get("ci")
+            shown = f"{ci[0]:.4g}-{ci[1]:.4g}" if ci else f"no interval ({est.get('reason', '')})"
+            said = f"{what}: {est['value']:.4g} J, {shown}"
+            per.append(f"<li class='energy-per'>{esc(said)}</li>")
+    note = esc(g.get("note", "")) if "note" in g else ""
+    return (
+        f"<p class='note'>{esc(g.get('source'))}, {esc(g.get('samples_in_window', 0))} samples "
+        f"in the window {note}</p><table class='gpu' id='gpu'><tr><th>GPU</th>"
+        "<th>utilization mean / max</th><th>power mean / max</th><th>memory max</th>"
+        "<th>energy in the window</th></tr>" + "".join(rows) + "</table><ul>" + "".join(per)
+        + "</ul>"
+    )  # fmt: skip
 
 
 def _arrival_text(arrival: Any) -> str:

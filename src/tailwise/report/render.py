@@ -10,7 +10,10 @@ from tailwise.errors import BadInput, MissingExtra
 from tailwise.files import atomic_write_text
 from tailwise.records import Records, read_jsonl
 
-DIR_FORM = "a run directory (with summary.json) or a sweep directory (with sweep.json)"
+DIR_FORM = (
+    "a run directory (with summary.json), a sweep directory (with sweep.json) or a knee "
+    "directory (with knee.json)"
+)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -26,6 +29,8 @@ def _load(path: Path) -> dict[str, Any]:
 def kind_of(directory: Path) -> str:
     if (directory / "sweep.json").is_file():
         return "sweep"
+    if (directory / "knee.json").is_file():
+        return "knee"
     if (directory / "summary.json").is_file():
         return "run"
     raise BadInput("DIR", str(directory), DIR_FORM)
@@ -66,6 +71,9 @@ def _run_charts(r: Records, s: dict[str, Any], out_dir: Path, prefix: str = "") 
     server = run_charts.server_timeline(s, out_dir / f"{prefix}server_metrics.png")
     if server is not None:
         out.append(server)
+    gpu = run_charts.gpu_timeline(s, out_dir / f"{prefix}gpu_metrics.png")
+    if gpu is not None:
+        out.append(gpu)
     return out
 
 
@@ -104,8 +112,13 @@ def render_directory(directory: Path) -> list[Path]:
     """Writes the charts and report.html into ``directory``; returns the files written."""
     from tailwise.report import html
 
-    if kind_of(directory) == "sweep":
+    kind = kind_of(directory)
+    if kind == "sweep":
         return render_sweep(directory)
+    if kind == "knee":
+        from tailwise.report.knee_page import render_knee
+
+        return render_knee(directory)
     summary = _load(directory / "summary.json")
     records_path = directory / "records.jsonl"
     if not records_path.is_file():

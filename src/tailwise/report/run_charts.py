@@ -164,5 +164,58 @@ def server_timeline(summary: dict[str, Any], path: Path) -> Chart | None:
     return Chart(save(fig, path), title, alt, [])
 
 
+def gpu_timeline(summary: dict[str, Any], path: Path) -> Chart | None:
+    """GPU utilization and power (``--gpu-metrics``) on the run's timeline, under the
+    client's TTFT (LLM) or latency, p50 between samples; None without two samples."""
+    cols = (summary.get("gpu") or {}).get("timeline") or {}
+    t_s = cols.get("t_s") or []
+    if len(t_s) < 2:
+        return None
+    plt = pyplot()
+    fig, (ax, low) = plt.subplots(
+        2, 1, figsize=(SIZE_IN[0], 5.2), sharex=True, gridspec_kw={"height_ratios": [2, 2]}
+    )
+    key, label = (
+        ("client_ttft_p50_ms", "TTFT p50")
+        if "client_ttft_p50_ms" in cols
+        else ("client_latency_p50_ms", "latency p50")
+    )
+    if key in cols:
+        ax.plot(t_s, _floats(cols[key]), marker=".", label=f"client {label}")
+        ax.legend(fontsize="x-small", loc="upper left")
+    ax.set_ylabel("ms")
+    ax.grid(alpha=0.3)
+    plain_ms(ax, "y")
+    said = []
+    if "util_pct" in cols:
+        util = _floats(cols["util_pct"])
+        low.step(t_s, util, where="post", color="tab:green", label="GPU utilization")
+        said.append(f"utilization (up to {np.nanmax(util):.0f}%)")
+    low.set_ylabel("utilization (%, mean of GPUs)")
+    low.set_ylim(0, 130)  # room above 100% for the legend
+    low.set_yticks([0, 25, 50, 75, 100])
+    low.set_xlabel("run time (s)")
+    handles = low.get_legend_handles_labels()
+    if "power_w" in cols:
+        power = _floats(cols["power_w"])
+        twin = low.twinx()
+        twin.plot(t_s, power, color="tab:red", label="power (W, all GPUs)")
+        twin.set_ylabel("power (W, all GPUs)")
+        twin.set_ylim(0, max(1.0, float(np.nanmax(power))) * 1.3)
+        said.append(f"power (up to {np.nanmax(power):.0f} W)")
+        extra = twin.get_legend_handles_labels()
+        handles = (handles[0] + extra[0], handles[1] + extra[1])
+    if handles[0]:
+        low.legend(*handles, fontsize="x-small", loc="upper left")
+    start = float((summary.get("window") or {}).get("start_s") or 0.0)
+    if start > 0:
+        for axis in (ax, low):
+            axis.axvspan(min(t_s[0], 0.0), start, color="0.6", alpha=0.25)
+    title = f"Client {label} beside GPU " + " and ".join(said or ["samples"])
+    ax.set_title(title, fontsize="medium")
+    alt = f"{title}. Sampled every {(summary.get('gpu') or {}).get('interval_s', '?')} s."
+    return Chart(save(fig, path), title, alt, [])
+
+
 def _floats(values: list[Any]) -> np.ndarray:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)

@@ -352,13 +352,27 @@ def render(s: dict[str, Any], directory: str | None = None) -> Group:
 PIPED_WIDTH = 132  # a pipe or file has no width: rich's 80 cut the sweep table's verdicts
 
 
-def console(*, stderr: bool = False) -> Console:
+def console(*, stderr: bool = False, fit: Any = None) -> Console:
     """A console for tailwise's tables: the terminal's width, or a wide line in a pipe
-    (``| head``, a log file), where a wrapped table row reads as two."""
+    (``| head``, a log file), where a wrapped table row reads as two. Given ``fit`` (a
+    renderable), a pipe is widened to its widest table: a cell is never cut there."""
     out = Console(stderr=stderr, highlight=False)
     if not out.is_terminal and "COLUMNS" not in os.environ:
         out.width = PIPED_WIDTH
+        if fit is not None:
+            wide = out.options.update_width(10_000)
+            widths = [out.measure(t, options=wide).maximum for t in _tables(fit)]
+            out.width = max([out.width, *widths])
     return out
+
+
+def _tables(renderable: Any) -> list[Table]:
+    """The tables in a renderable (a Group's, at any depth); paragraphs still wrap."""
+    if isinstance(renderable, Table):
+        return [renderable]
+    if isinstance(renderable, Group):
+        return [t for r in renderable.renderables for t in _tables(r)]
+    return []
 
 
 def verdict_confidence(s: dict[str, Any]) -> float:
@@ -373,7 +387,8 @@ def _level_text(level: float) -> str:
 
 
 def print_summary(s: dict[str, Any], directory: str | None = None, *, stderr: bool = False) -> None:
-    console(stderr=stderr).print(render(s, directory))
+    shown = render(s, directory)
+    console(stderr=stderr, fit=shown).print(shown)
 
 
 def render_sweep(doc: dict[str, Any]) -> Group:
@@ -464,4 +479,5 @@ def _band_text(band: list[float | None] | None, confidence: float = 0.95) -> Tex
 
 
 def print_sweep(doc: dict[str, Any], *, stderr: bool = False) -> None:
-    console(stderr=stderr).print(render_sweep(doc))
+    shown = render_sweep(doc)
+    console(stderr=stderr, fit=shown).print(shown)

@@ -202,6 +202,17 @@ def capacity(
     tell("searching the knee of one replica")
     one = knee(at(sc, replicas=1), start, requests=KNEE_REQUESTS)
     per_replica = one.knee_rps
+    if per_replica is None and what.replicas is None and one.trials:
+        # No rate held on one replica, down to the lowest tried: the model's own floor
+        # (its service time alone) misses an SLO, and more replicas cannot lower it.
+        lowest = min(t.rate_rps for t in one.trials)
+        raise BadInput(
+            "--slo",
+            ", ".join(sc.slo),
+            f"SLOs one replica can meet at some rate: the model fails them even at "
+            f"{lowest:.3g}/s, the lowest rate tried, so no number of replicas can (its "
+            "latency floor sits above an SLO)",
+        )
     if what.replicas is not None:
         n, checks = what.replicas, [_check(at(sc, rate_rps=rate_rps), what.replicas, reps, tell)]
     else:
@@ -209,7 +220,7 @@ def capacity(
         what_n = f"replicas (the rate is {guess:,} knees of one replica)"
         within("--rate", guess, MAX_REPLICAS, what_n, given=f"{rate_rps:g}/s")
         n, checks = replicas_needed(at(sc, rate_rps=rate_rps), guess, reps, tell)
-    tell(f"searching the knee of {n} replicas")
+    tell(f"searching the knee of {n} replica{'s' if n != 1 else ''}")
     fleet_start = n * per_replica if per_replica else max(rate_rps, start)
     fleet = knee(at(sc, replicas=n), fleet_start, requests=KNEE_REQUESTS)
     fleet_knee, notes = _fleet_knee(sc, n, one, fleet)
