@@ -255,11 +255,12 @@ def test_a_reset_from_a_keep_alive_close_is_a_reconnect_not_a_failure(
     )
     s = res.summary
     assert s["requests"]["accounted"] and s["reconnects"] > 0
-    # Until the target is first seen closing a connection in order, a reset is its failure
-    # (the rule cannot tell it from a crash yet): at most one per user, at the very start;
-    # was 128 of 1,655 for a 5 s run.
+    # Until the target is seen closing a connection in order, or has reset three right
+    # after their first answer, a reset is its failure (the rule cannot tell it from a crash
+    # yet): at most two, at the very start; was 128 of 1,655 for a 5 s run, 64 of ~1,000
+    # on a loaded machine where the race met every close and no FIN was ever seen.
     errors = {**s["requests"]["errors"], **s["requests"]["warmup"]["errors"]}
-    assert set(errors) <= {"reset"} and sum(errors.values()) <= 8
+    assert set(errors) <= {"reset"} and sum(errors.values()) <= 2
     ok = s["requests"]["ok"] + s["requests"]["warmup"]["ok"]
     assert ok == read[0]  # every request the target read was booked once, none twice
 
@@ -564,3 +565,40 @@ def test_the_demo_answers_a_deep_pipeline_a_bounded_piece_at_a_time() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# The same race where every close meets the next request: the target resets each connection
+# right after its first answer (no FIN is ever seen). From the third such reset on, while
+# no connection ever answered a second request, it is the close racing the write.
+def test_a_target_that_resets_after_every_answer_costs_at_most_two_resets(
+    raw_server: Serve, tmp_path: Path
+) -> None:
+    import socket
+    import struct
+
+    read = [0]
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_head(r)
+        read[0] += 1
+        w.write(b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok")
+        await w.drain()
+        await asyncio.sleep(0.01)  # the client has its answer and has written its next one
+        sock = w.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        w.transport.abort()  # a reset: the next request is never read
+
+    res = tailwise.run(
+        raw_server(serve) + "/x",
+        concurrency=2,
+        requests=30,
+        duration="30s",
+        out=str(tmp_path / "rst"),
+        progress=False,
+    )
+    s = res.summary
+    errors = {**s["requests"]["errors"], **s["requests"]["warmup"]["errors"]}
+    assert s["requests"]["accounted"] and s["reconnects"] > 0
+    assert set(errors) <= {"reset"} and errors.get("reset", 0) <= 2, errors
+    ok = s["requests"]["ok"] + s["requests"]["warmup"]["ok"]
+    assert ok + errors.get("reset", 0) == 30 and ok == read[0]

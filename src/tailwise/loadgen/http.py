@@ -113,6 +113,8 @@ class Pool:
         # closes its keep-alive connections, so a reset under a request just written on
         # one is that close meeting the write (see Conn.close_raced).
         self.keepalive_closes = 0
+        self.kept_alive = False  # a connection answered a second request (see Conn.close_raced)
+        self.first_answer_resets = 0  # resets right after a connection's first answer
         nonce = owner.nonce
         self.nonce_salt = int(nonce, 16) + owner.nonce_offset if nonce else 0
         # Where each payload's nonce placeholder starts (-1: none in it).

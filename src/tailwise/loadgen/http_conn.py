@@ -20,7 +20,11 @@ keep-alive, it does not refuse this request). A reset (RST) counts the same
 once the target has been seen closing reused connections in order
 (``keepalive_closes``): its socket, closed with our request unread in it,
 answers with a reset instead of a FIN (a closed-loop user writes its next
-request the instant an answer ends, and meets this often). Before that, a reset
+request the instant an answer ends, and meets this often), or once it has reset
+three connections right after their first answer while none of its connections
+ever answered a second request (it closes after every answer, whatever it
+announces: then every close may meet a write, and no FIN is ever seen). Before
+that, a reset
 (a crashed or overloaded peer, or a proxy injecting faults), a failure on a
 fresh connection, a second failure of the same request, or any response byte:
 the request fails as ``reset`` and is never sent again. What remains possible is a
@@ -49,6 +53,9 @@ from tailwise.records import ERROR_KINDS, RecordBlock, error_code
 OK, HTTP_4XX, HTTP_5XX = error_code(""), error_code("http_4xx"), error_code("http_5xx")
 RESET, PROTOCOL, TIMEOUT = error_code("reset"), error_code("protocol"), error_code("timeout")
 CONNECT = error_code("connect")
+# Resets right after a connection's first answer, with no connection ever answering a
+# second: from the third on, the target's close racing our write (Conn.close_raced).
+FIRST_ANSWER_RESETS = 3
 HEAD_MAX_BYTES = 65_536  # how much of a response is kept to read its headers at a close
 # A 4xx/5xx answer keeps reading into ``head`` past its headers (bounded by HEAD_MAX_BYTES)
 # so that its body can be sampled; told by the status line's first digit: "HTTP/1.1 4".
@@ -83,6 +90,8 @@ class ConnPool(Protocol):
     waiting: deque[tuple[RecordBlock, int]]
     stray_answers: int
     keepalive_closes: int
+    kept_alive: bool
+    first_answer_resets: int
 
     @property
     def owner(self) -> StreamOwner: ...
@@ -274,6 +283,8 @@ class Conn(asyncio.Protocol):
         block.bytes_in[j] = self.nbytes
         self.block = None
         self.served += 1
+        if self.served == 2:
+            self.pool.kept_alive = True  # the target does keep connections alive
         self.pool.on_done(block, j)
         # Released once the parser is done with this read, never from inside its callback:
         # a request sent now would be credited with what the read holds after this answer.
@@ -302,10 +313,21 @@ class Conn(asyncio.Protocol):
 
     def close_raced(self, exc: Exception | None) -> bool:
         """Whether a reset under an unanswered request on a reused connection is the
-        target's keep-alive close meeting our write: it is, once this target has been
-        seen closing reused connections in order (a socket closed with our request
-        unread in it answers with a reset, not a FIN). Before that, a reset is a failure."""
-        return isinstance(exc, ConnectionResetError) and self.pool.keepalive_closes > 0
+        target's keep-alive close meeting our write (a socket closed with our request
+        unread in it answers with a reset, not a FIN). It is, once this target has been
+        seen closing reused connections in order, or once it has reset
+        :data:`FIRST_ANSWER_RESETS` connections right after their first answer while no
+        connection of it ever answered a second request (it closes after every answer,
+        whatever it announces; a closed-loop user can meet the reset every time, and
+        then no FIN is ever seen). Before that, a reset is a failure."""
+        if not isinstance(exc, ConnectionResetError):
+            return False
+        pool = self.pool
+        if self.served == 1 and not pool.kept_alive:
+            pool.first_answer_resets += 1
+        if pool.keepalive_closes > 0:
+            return True
+        return not pool.kept_alive and pool.first_answer_resets >= FIRST_ANSWER_RESETS
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
