@@ -1,4 +1,4 @@
-"""Hostile input and broken outputs (issue 21): every case refused or contained, its cost.
+"""Hostile input and broken outputs (issues 21 and 40): every case refused or contained, its cost.
 
 Each row is a real ``python -m tailwise`` process given one of the red-team
 pass's reproductions: absurd rates and sizes, YAML bombs, a read-only or
@@ -87,7 +87,56 @@ CLI = {
         "50%",
     ],
     "simulate --replications 1e9": ["simulate", "{ok}", "--replications", "1000000000"],
+    # issue 40: files that overflow, nest, never end
+    "trace offsets past int64 (1e11 s)": [*RUN, "--arrival", "trace:{far}"],
+    "trace dates 0001-01-01..9999-12-31": [*RUN, "--arrival", "trace:{dates}"],
+    "--trace-speed 0.001x on a 9.5-year trace": [
+        *RUN,
+        *("--arrival", "trace:{long}", "--trace-speed", "0.001x"),
+    ],
+    "simulate: trace offsets past int64": ["simulate", "{far_scenario}", "-q"],
+    "--bodies: JSON nested 100,000 deep": [*RUN, "--rate", "1/s", "--bodies", "{deep}"],
+    "--prompts: JSON nested 100,000 deep": [
+        *RUN,
+        *("--rate", "1/s", "--api", "openai-chat", "--model", "m", "--prompts", "{deep}"),
+    ],
+    "--bodies /dev/zero": [*RUN, "--rate", "1/s", "--bodies", "/dev/zero"],
+    "--body @/dev/zero": [*RUN, "--rate", "1/s", "--body", "@/dev/zero"],
+    "--prompts /dev/zero": [
+        *RUN,
+        *("--rate", "1/s", "--api", "openai-chat", "--model", "m", "--prompts", "/dev/zero"),
+    ],
+    "--arrival trace:/dev/zero": [*RUN, "--arrival", "trace:/dev/zero"],
+    "--shared-prefix 1000000": [
+        *RUN,
+        *("--rate", "1/s", "--api", "openai-chat", "--model", "m", "--shared-prefix", "1000000"),
+    ],
 }
+
+
+def _issue40_files(home: Path) -> dict[str, Path]:
+    """The hostile files of issue 40's reproductions."""
+    head = "timestamp,ContextTokens,GeneratedTokens\n"
+    made = {
+        "far": head + "0,10,5\n1e11,10,5\n",
+        "dates": head + "0001-01-01 00:00:00,10,5\n9999-12-31 00:00:00,10,5\n",
+        "long": head + "0,10,5\n300000000,10,5\n",
+        "deep": "[" * 100_000 + "\n",
+    }
+    out = {}
+    for name, text in made.items():
+        out[name] = home / (name + (".jsonl" if name == "deep" else ".csv"))
+        out[name].write_text(text)
+    scenario = home / "far.yaml"
+    scenario.write_text(f"arrival: {{process: 'trace:{out['far']}'}}\nservice: 5ms\n")
+    out["far_scenario"] = scenario
+    return out
+
+
+def _fill(arg: str, files: dict[str, Path]) -> str:
+    for name, path in files.items():
+        arg = arg.replace("{" + name + "}", str(path))
+    return arg
 
 
 def run_case(argv: list[str], cwd: Path) -> dict[str, object]:
@@ -127,7 +176,9 @@ def main() -> None:
         home = Path(tmp)
         ok = home / "ok.yaml"
         ok.write_text("arrival: {rate: 50/s, duration: 1s}\nservice: exp:5ms\n")
-        cases = {name: [a.replace("{ok}", str(ok)) for a in argv] for name, argv in CLI.items()}
+        files = _issue40_files(home)
+        files["ok"] = ok
+        cases = {name: [_fill(a, files) for a in argv] for name, argv in CLI.items()}
         for i, (name, text) in enumerate(SCENARIOS.items()):
             path = home / f"s{i}.yaml"
             path.write_text(text)
@@ -153,13 +204,28 @@ def main() -> None:
         cases["report: hand-edited summary (HTML in a count)"] = ["report", str(bad), "-q"]
         (bad / "summary.json").write_text(json.dumps(doc)[:200])
         cases["compare: truncated summary"] = ["compare", str(earlier), str(bad)]
+        deep_summary = home / "deep-summary"
+        deep_summary.mkdir()
+        (deep_summary / "summary.json").write_text("[" * 100_000)
+        cases["report: summary.json nested 100,000 deep"] = ["report", str(deep_summary), "-q"]
+        cases["compare: summary.json nested 100,000 deep"] = [
+            *("compare", str(deep_summary), str(earlier)),
+        ]
+        zero = home / "zero-records"
+        zero.mkdir()
+        (zero / "summary.json").write_text((earlier / "summary.json").read_text())
+        (zero / "records.jsonl").symlink_to("/dev/zero")
+        cases["calibrate: records.jsonl -> /dev/zero"] = [
+            *("calibrate", str(zero), "--out", str(home / "c.yaml")),
+        ]
         for name, argv in cases.items():
             res = run_case(argv, home)
             res["name"] = name
             rows.append(res)
             print(f"{res['code']}  {res['wall_s']:.2f}s  {res['peak_mib']} MiB  {name}")
             print(f"     {res['message'][:150]}")
-        sent = sum(1 for _ in home.rglob("records.jsonl")) - 1  # the one earlier run
+        # the one earlier run, and the /dev/zero link (not a file, never written)
+        sent = sum(1 for p in home.rglob("records.jsonl") if p.is_file() and p.stat().st_size) - 1
     block = render(rows, sent)
     print(block)
     if args.write_docs:
@@ -172,11 +238,13 @@ def render(rows: list[dict[str, object]], dirs_with_records: int) -> str:
         "<!-- hostile:begin -->",
         f"## Hostile input and broken outputs: `benchmarks/hostile_inputs.py` ({stamp})",
         "",
-        "The red-team reproductions of issue 21, each a `python -m tailwise` process.",
-        "Before: int64 overflows, endless plans, 22.6 GB before the kernel's OOM killer,",
-        "a SIGSEGV, 92 processes and counting, tracebacks. Now every one is refused",
-        "before work starts (exit 2, one line naming the option and the limit) at the",
-        f"cost of starting Python. Machine: {machine_label()}.",
+        "The red-team reproductions of issues 21 and 40, each a `python -m tailwise`",
+        "process. Before: int64 overflows, endless plans, 22.6 GB before the kernel's OOM",
+        "killer, a SIGSEGV, 92 processes and counting, tracebacks; `/dev/zero` read until",
+        "MemoryError, RecursionError on deep JSON. Now every one is refused before work",
+        "starts (exit 2, one line naming the option and the limit) at the cost of starting",
+        "Python; a device that never ends is read to its bound (256 MiB), no further.",
+        f"Machine: {machine_label()}.",
         "",
         "| case | exit | traceback | stderr lines | wall (s) | peak memory (MiB) |",
         "|---|---:|---:|---:|---:|---:|",
@@ -193,7 +261,8 @@ def render(rows: list[dict[str, object]], dirs_with_records: int) -> str:
         f"In all: **{len(rows)} cases, {tracebacks} tracebacks, {dirs_with_records} records "
         "written** (nothing was sent or simulated), peak memory at most "
         f"{max(float(str(r['peak_mib'])) for r in rows):.0f} MiB. Each row is a test in",
-        "`tests/reliability/test_budgets.py`, `test_outputs.py` and `test_user_mistakes.py`;",
+        "`tests/reliability/test_budgets.py`, `test_outputs.py`, `test_user_mistakes.py`",
+        "and `test_hostile_files.py`;",
         "`test_fuzz_parsers.py` fuzzes the HTTP answer, SSE, YAML, scenario, SLO and",
         "saved-summary parsers (`pytest -m long` for the longer run).",
         "<!-- hostile:end -->",

@@ -263,7 +263,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--seconds", type=int, default=20, help="length of each row's run")
     ap.add_argument("--write-docs", action="store_true")
+    ap.add_argument(
+        "--hostile", action="store_true", help="only the hostile-server rows (issue 40)"
+    )
     a = ap.parse_args()
+    if a.hostile:
+        hostile(a.seconds, a.write_docs)
+        return
     rows = []
     with tempfile.TemporaryDirectory(prefix="tailwise-reliability-") as tmp_name:
         tmp = Path(tmp_name)
@@ -283,6 +289,25 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     if a.write_docs:
         write_docs(rows, a.seconds, machine_label())
+
+
+def hostile(seconds: int, docs: bool) -> None:
+    """The hostile-server rows (benchmarks/hostile_servers.py), their own block."""
+    import hostile_servers
+
+    with tempfile.TemporaryDirectory(prefix="tailwise-hostile-") as tmp_name:
+        target_proc, target = spawn(
+            "tailwise.server.loopback", "--service", "1ms", "--lifetime", "3600s"
+        )
+        try:
+            rows = hostile_servers.run_all(seconds, Path(tmp_name), target)
+        finally:
+            target_proc.terminate()
+            target_proc.wait(timeout=10)
+    block = hostile_servers.render(rows, seconds, machine_label())
+    print(block)
+    if docs:
+        write_block("<!-- hostile-servers:begin -->", "<!-- hostile-servers:end -->", block)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ LAYERS: Layers = (
             "tailwise.clock",
             "tailwise.units",
             "tailwise.limits",  # resource budgets every input is sized against
+            "tailwise.credentials",  # the secret values given, scrubbed from every output
             "tailwise.files",  # bounded reads, safe YAML, atomic writes
             "tailwise.records",
             "tailwise.distributions",

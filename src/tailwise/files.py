@@ -12,19 +12,30 @@
   write leaves the old file or none, never a truncated one. A failure to write
   (disk full, read-only directory) is :class:`OutputError`: one line naming the
   file and the reason.
+* :class:`SpaceReserve` holds disk space for a run's last files while it runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
+from tailwise import credentials, limits
 from tailwise.errors import BadInput
-from tailwise.limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, within
+from tailwise.limits import (
+    LIMITS_DOC,
+    MAX_SCENARIO_BYTES,
+    MAX_YAML_DEPTH,
+    MAX_YAML_NODES,
+    within,
+)
 
 
 class OutputError(BadInput):
@@ -36,6 +47,50 @@ class OutputError(BadInput):
         expected = f"a writable place for this file ({self.reason})"
         super().__init__("--out", str(path), expected + (f"; {note}" if note else ""))
         self.path = Path(path)
+
+
+def read_bounded_bytes(
+    path: Path | str, field: str, limit: int | None = None, given: str | None = None
+) -> bytes:
+    """The bytes of ``path``, refused when there are more than ``limit``: a regular file
+    by its size, before anything is read; anything else (a device such as ``/dev/zero``,
+    a pipe) by reading at most ``limit + 1`` bytes (:data:`MAX_INPUT_FILE_BYTES` when not
+    given). Memory stays within ``limit``."""
+    limit = limits.MAX_INPUT_FILE_BYTES if limit is None else limit
+    shown = given if given is not None else str(path)
+    try:
+        with open(path, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "Is a directory")
+            if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+                data = b""
+                too_large = True
+            else:
+                data = fh.read(limit + 1)
+                too_large = len(data) > limit
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise BadInput(field, shown, f"a readable file ({reason})") from None
+    if too_large:
+        raise BadInput(
+            field,
+            f"{shown} (larger)",
+            f"a file of at most {limit >> 20} MiB (limits: {LIMITS_DOC})",
+        )
+    return data
+
+
+def read_bounded_utf8(
+    path: Path | str, field: str, limit: int | None = None, given: str | None = None
+) -> str:
+    """:func:`read_bounded_bytes` as UTF-8 text (a UTF-8 BOM at its start dropped)."""
+    data = read_bounded_bytes(path, field, limit, given)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        shown = given if given is not None else str(path)
+        raise BadInput(field, shown, "a readable UTF-8 file (UnicodeDecodeError)") from None
 
 
 def read_bounded_text(path: Path, field: str, limit: int = MAX_SCENARIO_BYTES) -> str:
@@ -104,7 +159,8 @@ def atomic_writer(path: Path) -> Iterator[TextIO]:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            yield fh
+            # Every secret value the process was given is scrubbed from what it writes.
+            yield cast(TextIO, _Scrubbing(fh)) if credentials.known() else fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -115,6 +171,56 @@ def atomic_writer(path: Path) -> Iterator[TextIO]:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+class _Scrubbing:
+    """A file whose ``write`` scrubs the known secret values (:mod:`tailwise.credentials`)."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        return self._inner.write(credentials.scrub(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+RESERVE_BYTES = 1 << 20  # held for a run's last files (summary.json, client.json, latency.hlog)
+
+
+class SpaceReserve:
+    """Disk space held back for the files a run writes last, so a disk that fills up
+    during the run (the records, the spill file) still takes ``summary.json``.
+
+    An unlinked temporary file in the run directory, allocated when the run starts
+    (``RESERVE_BYTES``, or a quarter of the free space if that is less) and given back
+    (closed) before the summary is written; a killed run leaves nothing behind. Where
+    the file system cannot allocate it, there is no reserve and nothing else changes.
+    """
+
+    def __init__(self, directory: Path, nbytes: int = RESERVE_BYTES) -> None:
+        self._file: Any = None
+        self.bytes = 0
+        held = None
+        try:
+            size = min(nbytes, shutil.disk_usage(directory).free // 4)
+            if size <= 0:
+                return
+            held = tempfile.TemporaryFile(dir=directory, prefix=".tailwise-reserve-")  # noqa: SIM115
+            os.posix_fallocate(held.fileno(), 0, size)
+        except (OSError, AttributeError):  # no room, or no fallocate on this platform
+            if held is not None:
+                held.close()
+            return
+        self._file, self.bytes = held, size
+
+    def release(self) -> None:
+        """Give the space back (idempotent)."""
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
 
 
 # What tailwise writes into a run, sweep or simulation directory: finding one of these

@@ -43,6 +43,9 @@ MAX_SLOW_FACTOR = 1e6  # a straggler is at most a million times slower
 MAX_SCENARIO_BYTES = 4 * 1024 * 1024
 MAX_YAML_NODES = 1_000_000
 MAX_YAML_DEPTH = 64
+# Input files read whole (--prompts, --bodies, --body @file, trace files): bytes read at
+# most, whatever the file claims to be (a device such as /dev/zero never ends).
+MAX_INPUT_FILE_BYTES = 256 * 1024 * 1024
 # Gamma arrival burstiness: below 0.01 nearly every gap is 0 (bursts of 100+ at one instant).
 MIN_BURSTINESS = 0.01
 

@@ -16,7 +16,10 @@ Two representations:
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from array import array
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -408,6 +411,9 @@ def read_jsonl(path: str | Path) -> Records:
     """
     try:
         with open(path, encoding="utf-8") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                # A device (/dev/zero) or a pipe never ends: a records file is a file.
+                raise OSError(errno.EINVAL, "not a regular file")
             rows = list(_parse_lines(fh, str(path)))
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or type(exc).__name__
@@ -471,7 +477,7 @@ def _parse_lines(fh: IO[str], name: str) -> Iterator[dict[str, Any]]:
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise BadInput(f"{name}:{lineno}", line[:60], "one JSON record per line") from None
         if not isinstance(row, dict) or not isinstance(row.get("seq"), int):
             raise BadInput(f"{name}:{lineno}", line[:60], "a JSON object with an integer seq")

@@ -28,10 +28,10 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput
+from tailwise.files import read_bounded_utf8
 from tailwise.units import parse_duration_ns
 
 NS = 1_000_000_000
@@ -66,6 +66,14 @@ class Trace:
     def sped_up(self, factor: float) -> Trace:
         if factor == 1.0:
             return self
+        span_s = (self.offsets_ns[-1] if self.offsets_ns else 0) / NS / factor
+        if span_s > MAX_OFFSET_S:  # slowed down past what the clock and a plan can hold
+            raise BadInput(
+                "--trace-speed",
+                f"{factor:g}x",
+                f"a speed that keeps the trace within {MAX_OFFSET_S / 86400 / 365:.0f} years "
+                f"(it would span {span_s / 86400 / 365:.3g} years)",
+            )
         offsets = tuple(round(t / factor) for t in self.offsets_ns)
         return Trace(offsets, self.input_lengths, self.output_lengths, self.hash_ids, self.form)
 
@@ -98,14 +106,9 @@ def read_trace(path: str) -> Trace:
 
 
 def _read_text(path: str) -> str:
-    try:
-        p = Path(path)
-        if p.stat().st_size > MAX_BYTES:
-            raise BadInput(FIELD, path, f"a trace file of at most {MAX_BYTES >> 20} MiB")
-        return p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc.__class__.__name__
-        raise BadInput(FIELD, path, f"a readable UTF-8 trace file ({reason})") from None
+    # Bounded whatever the file is (a device such as /dev/zero claims no size); a UTF-8
+    # BOM at its start (spreadsheets write one) is not part of the first column's name.
+    return read_bounded_utf8(path, FIELD, MAX_BYTES)
 
 
 def _read_offsets(path: str, text: str) -> tuple[int, ...]:
@@ -162,6 +165,12 @@ class _Rows:
         t0 = self.times_ns[0]
         offsets = tuple(t - t0 for t in self.times_ns)
         n = len(offsets)
+        if offsets[-1] > MAX_OFFSET_S * NS:  # past int64 nanoseconds long before 10^4 years
+            span = f"{offsets[-1] / NS / 86400 / 365:.3g} years from first to last row"
+            years = MAX_OFFSET_S / 86400 / 365
+            raise BadInput(
+                FIELD, f"{self.path} ({span})", f"a trace spanning at most {years:.0f} years"
+            )
         for what, got in (("an input length", self.inputs), ("an output length", self.outputs)):
             if 0 < len(got) < n:
                 raise BadInput(FIELD, self.path, f"{what} on every row or on none")

@@ -51,7 +51,11 @@ def test_the_default_scrapes_the_targets_metrics(llm: str, tmp_path: Path) -> No
     assert len(rows) == doc["scrapes"] >= 3
     times = [r["t_s"] for r in rows]
     assert times == sorted(times) and times[0] < 0 < times[-1]  # before and after the run
-    assert all(r["reading"]["server"] == "tailwise-demo" for r in rows)
+    # A scrape during the run may fail on a loaded machine (its timeout is under the
+    # interval): it says why, and every one that answered is the demo's.
+    assert all(r["reading"]["server"] == "tailwise-demo" for r in rows if "reading" in r)
+    assert all(r["error"] for r in rows if "reading" not in r)
+    assert "reading" in rows[0] and "reading" in rows[-1]  # the brackets: the full 2 s
     timeline = doc["timeline"]
     assert len(timeline["t_s"]) == len(rows)
     assert {"running", "waiting", "kv_cache_usage", "client_ttft_p50_ms"} <= set(timeline)

@@ -11,7 +11,7 @@ import asyncio
 import json
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,8 +21,7 @@ from tailwise.loadgen import results
 from tailwise.loadgen.llm_stream import MALFORMED, classify
 from tailwise.loadgen.sse import SSEParser
 from tailwise.records import read_jsonl
-
-Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
+from tests.reliability.conftest import Answer
 
 
 async def _read_head(reader: asyncio.StreamReader) -> None:
@@ -30,46 +29,6 @@ async def _read_head(reader: asyncio.StreamReader) -> None:
     for line in head.split(b"\r\n"):
         if line.lower().startswith(b"content-length:"):
             await reader.readexactly(int(line.split(b":")[1]))
-
-
-@pytest.fixture
-def raw_server() -> Iterator[Callable[[Answer], str]]:
-    """``raw_server(answer)`` -> base URL; ``answer(reader, writer)`` runs per connection."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    servers: list[asyncio.Server] = []
-
-    def start(answer: Answer) -> str:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                await answer(reader, writer)  # type: ignore[misc]
-            except (ConnectionError, asyncio.IncompleteReadError):
-                pass
-            finally:
-                writer.close()
-
-        async def serve() -> asyncio.Server:
-            return await asyncio.start_server(handle, "127.0.0.1", 0)
-
-        server = asyncio.run_coroutine_threadsafe(serve(), loop).result(10)
-        servers.append(server)
-        return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-
-    yield start
-
-    async def shut() -> None:
-        for s in servers:
-            s.close()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    asyncio.run_coroutine_threadsafe(shut(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
 
 
 def _sse(*events: str) -> bytes:

@@ -180,7 +180,7 @@ def _kind_of(summary: dict[str, Any], options: dict[str, Any], scenario: dict[st
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise BadInput("RUN_OR_SWEEP_DIR", str(path), f"a readable JSON file ({exc})") from None
     if not isinstance(data, dict):
         raise BadInput("RUN_OR_SWEEP_DIR", str(path), "a JSON object")
@@ -194,6 +194,10 @@ def _run_dirs(path: Path) -> list[Path]:
     for index, key in (("sweep.json", "steps"), ("knee.json", "trials")):
         if (path / index).is_file():
             rows = _read_json(path / index).get(key) or []
+            if not isinstance(rows, list) or not all(
+                isinstance(row, dict) and isinstance(row.get("directory", ""), str) for row in rows
+            ):
+                raise BadInput("RUN_OR_SWEEP_DIR", str(path / index), f"{key}: a list of objects")
             return [_located(path, row.get("directory", "")) for row in rows]
     if (path / "summary.json").is_file():
         return [path]
@@ -215,6 +219,8 @@ def load_step(directory: Path, kind: str | None = None) -> Step:
         raise BadInput("RUN_OR_SWEEP_DIR", str(directory), "open-loop runs (this one is closed)")
     run_json = directory / "run.json"
     options = _read_json(run_json).get("options", {}) if run_json.is_file() else {}
+    if not isinstance(options, dict):
+        raise BadInput("RUN_OR_SWEEP_DIR", str(run_json), "options: a JSON object")
     scen_json = directory / "scenario.json"
     scenario = _read_json(scen_json) if scen_json.is_file() else {}
     records = read_jsonl(directory / "records.jsonl")

@@ -9,6 +9,7 @@ Exit codes: 0 pass, 1 an SLO failed, 2 bad input, 3 invalid run, 4 internal erro
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -21,11 +22,22 @@ __all__ = ["cli", "main"]
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes become one line on stderr and exit code 2; a closed
-    pipe (``| head``) ends the output quietly and leaves the command's own exit code."""
+    pipe (``| head``) ends the output quietly and leaves the command's own exit code;
+    every secret value given to this process is scrubbed from what it prints."""
+    from tailwise import credentials
     from tailwise.cli.pipes import quiet_pipes
 
-    with quiet_pipes():
-        _main(argv)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (
+        credentials.ScrubbedStream(streams[0]),
+        credentials.ScrubbedStream(streams[1]),
+    )
+    credentials.remember(os.environ.get("OPENAI_API_KEY"))
+    try:
+        with quiet_pipes():
+            _main(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
 
 
 def _main(argv: list[str] | None) -> None:

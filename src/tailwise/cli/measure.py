@@ -13,7 +13,7 @@ import click
 from tailwise.cli.options import invoked_argv, run_options
 from tailwise.cli.run_extras import dashboard, dashboard_args, preflight, shown_target
 from tailwise.errors import BadInput
-from tailwise.files import atomic_write_text, output_directory
+from tailwise.files import OutputError, atomic_write_text, output_directory
 from tailwise.units import parse_confidence
 
 
@@ -41,7 +41,10 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
         result.summary["preflight"] = first
         atomic_write_text(directory / "summary.json", json.dumps(result.summary, indent=2) + "\n")
     meta = collect(invoked_argv())
-    (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    try:  # the report's provenance: a run whose disk filled up goes on without it
+        atomic_write_text(directory / "meta.json", json.dumps(meta, indent=2) + "\n")
+    except OutputError as exc:
+        click.echo(f"tailwise: meta.json not written ({exc.reason})", err=True)
     if as_json:
         click.echo(json.dumps(result.summary, indent=2))
     if not quiet:

@@ -21,7 +21,7 @@ def check_saved_summary(path: Path, field: str) -> None:
     text = read_bounded_text(file, field, SUMMARY_MAX_BYTES)
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise BadInput(field, str(file), f"a readable summary.json ({exc})") from None
     check_summary(doc, f"{field} (summary.json)")
 

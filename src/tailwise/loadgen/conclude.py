@@ -157,10 +157,13 @@ def writer_state(directory: Path, records: Records, rows_on_disk: int | None) ->
     try:
         written = write_jsonl(directory / "records.jsonl", records)
     except OutputError as exc:
+        # The directory cannot take them (disk full): the file keeps the whole lines the
+        # writer got out, and every row goes to a rescue copy where there is room.
+        where = rescue(records, None)
         return {
             "state": state,
             "rows_on_disk": rows_on_disk,
-            "note": f"records.jsonl could not be rewritten ({exc.reason})",
+            "note": f"records.jsonl could not be rewritten ({exc.reason}); {where}",
         }
     live = "an unknown number of" if rows_on_disk is None else str(rows_on_disk)
     return {
@@ -262,11 +265,13 @@ def server_part(
     reconnects = getattr(out.transport, "reconnects", None)
     if not isinstance(reconnects, int):
         return {}
+    strays = getattr(out.transport, "stray_answers", 0)
+    stray = {"stray_answers": strays} if strays else {}
     if not p.opts.api:
-        return {"reconnects": reconnects}
+        return {"reconnects": reconnects, **stray}
     notes = getattr(out.transport, "server_notes", None) or {}
     server_view.write_notes(directory, notes)
-    return server_view.sections(
+    part = server_view.sections(
         records,
         window_ns,
         notes,
@@ -274,6 +279,7 @@ def server_part(
         streamed=p.streaming,
         reuse_asked=p.reuse_asked,
     )
+    return {**part, **stray}
 
 
 def token_source(out: Outcome) -> dict[str, Any]:
@@ -310,16 +316,19 @@ def write_outputs(
         raise OutputError(exc.path, exc.os_error, rescue(records, summary)) from None
 
 
-def rescue(records: Records, summary: dict[str, Any]) -> str:
-    """Save the summary and records where they can go; say where (or that nothing could)."""
+def rescue(records: Records, summary: dict[str, Any] | None) -> str:
+    """Save the records (and the summary, if given) where they can go, under the system's
+    temporary directory; say where (or that nothing could)."""
     try:
         where = Path(tempfile.mkdtemp(prefix="tailwise-rescue-"))
         write_jsonl(where / "records.jsonl", records)
-        atomic_write_text(where / "summary.json", json.dumps(summary, indent=2) + "\n")
+        if summary is not None:
+            atomic_write_text(where / "summary.json", json.dumps(summary, indent=2) + "\n")
     except (OSError, OutputError) as exc:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
         return f"no rescue copy could be written either ({reason})"
-    return f"the summary and {len(records)} records were saved in {where} instead"
+    what = "the summary and " if summary is not None else "all "
+    return f"{what}{len(records)} records were saved in {where} instead"
 
 
 def _write_outputs(
@@ -330,19 +339,30 @@ def _write_outputs(
     window: tuple[int, int],
     info: RunInfo,
 ) -> None:
-    # The summary goes last: a summary.json on disk means the files beside it are whole.
+    # The summary goes last: it names any file beside it that could not be written (a
+    # full disk), so a summary.json on disk says which of them are there, whole.
     doc = client_doc(info.client_lag, info.client_load, info.connect_failures)
     doc["error_samples"] = info.error_samples.doc()
-    atomic_write_text(directory / CLIENT_FILE, json.dumps(doc, separators=(",", ":")) + "\n")
+    missing: dict[str, str] = {}
+    try:
+        atomic_write_text(directory / CLIENT_FILE, json.dumps(doc, separators=(",", ":")) + "\n")
+    except OutputError as exc:
+        missing[CLIENT_FILE] = exc.reason
     ok = records.error == 0
     lat = derive.latency_ns(records)
-    write_hlog(
-        directory / "latency.hlog",
-        interval_histograms(records.done_ns[ok], lat[ok]),
-        t0_unix_s,
-        comments=[
-            f"[tailwise: latency from intended send time, ns; window {window[0] / 1e9:.3f}s"
-            f"-{window[1] / 1e9:.3f}s; warm-up intervals included; intervals by completion time]"
-        ],
-    )
+    try:
+        write_hlog(
+            directory / "latency.hlog",
+            interval_histograms(records.done_ns[ok], lat[ok]),
+            t0_unix_s,
+            comments=[
+                f"[tailwise: latency from intended send time, ns; window {window[0] / 1e9:.3f}"
+                f"s-{window[1] / 1e9:.3f}s; warm-up intervals included; intervals by "
+                "completion time]"
+            ],
+        )
+    except OutputError as exc:
+        missing["latency.hlog"] = exc.reason
+    if missing:
+        summary["outputs_missing"] = missing
     atomic_write_text(directory / "summary.json", json.dumps(summary, indent=2) + "\n")

@@ -34,7 +34,7 @@ import numpy as np
 
 from tailwise.arrivals import expected_count
 from tailwise.clock import now_ns
-from tailwise.files import atomic_write_text
+from tailwise.files import SpaceReserve, atomic_write_text
 from tailwise.loadgen import live
 from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
 from tailwise.loadgen.http import HttpTransport
@@ -472,6 +472,7 @@ def execute_local(p: Prepared, directory: Path, transport: Transport | None = No
         directory / "run.json", json.dumps(run_json(p, started_unix), indent=2) + "\n"
     )
     provisional = p.horizon_ns if p.horizon_ns is not None else 2**62
+    reserve = SpaceReserve(directory)  # room for the summary if the disk fills meanwhile
     sink = RecordSink(directory / "records.jsonl", (p.warmup_ns, provisional))
     try:
         out = run_engine(p, tr, sink)
@@ -480,4 +481,5 @@ def execute_local(p: Prepared, directory: Path, transport: Transport | None = No
         # must not cost the run its outputs (runner.execute holds the same guard).
         with no_interrupts():
             rows_on_disk = sink.wait()
+            reserve.release()
     return Executed(out, rows_on_disk)

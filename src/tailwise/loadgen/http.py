@@ -108,6 +108,13 @@ class Pool:
         self.per_response = owner.streaming or owner.answers  # state reset per response
         self.retried: set[int] = set()  # seqs sent a second time (at most once each)
         self.reconnects = 0
+        self.stray_answers = 0  # connections dropped for an answer nobody asked for
+        # Reused connections the target closed in order between answers (a FIN): it
+        # closes its keep-alive connections, so a reset under a request just written on
+        # one is that close meeting the write (see Conn.close_raced).
+        self.keepalive_closes = 0
+        self.kept_alive = False  # a connection answered a second request (see Conn.close_raced)
+        self.first_answer_resets = 0  # resets right after a connection's first answer
         nonce = owner.nonce
         self.nonce_salt = int(nonce, 16) + owner.nonce_offset if nonce else 0
         # Where each payload's nonce placeholder starts (-1: none in it).
@@ -339,6 +346,11 @@ class HttpTransport:
     def reconnects(self) -> int:
         """Requests sent once more after a reused connection died before any answer byte."""
         return sum(p.reconnects for p in self._pools)
+
+    @property
+    def stray_answers(self) -> int:
+        """Connections dropped because an answer came that no request asked for."""
+        return sum(p.stray_answers for p in self._pools)
 
     def note_connect_failure(self, why: str) -> None:
         self.connect_failures[why] = self.connect_failures.get(why, 0) + 1

@@ -16,10 +16,18 @@ gave no sign of having taken it up: not one response byte, an orderly close (a
 FIN came first: the end of the stream, or EPIPE when our write then met the
 closed socket; a server that closes before our request arrives sends one), on a
 connection that had already served a request (so the close ends the server's
-keep-alive, it does not refuse this request). A reset (RST: a crashed or
-overloaded peer, or a proxy injecting faults), a failure on a fresh
-connection, a second failure of the same request, or any response byte: the
-request fails as ``reset`` and is never sent again. What remains possible is a
+keep-alive, it does not refuse this request). A reset (RST) counts the same
+once the target has been seen closing reused connections in order
+(``keepalive_closes``): its socket, closed with our request unread in it,
+answers with a reset instead of a FIN (a closed-loop user writes its next
+request the instant an answer ends, and meets this often), or once it has reset
+three connections right after their first answer while none of its connections
+ever answered a second request (it closes after every answer, whatever it
+announces: then every close may meet a write, and no FIN is ever seen). Before
+that, a reset
+(a crashed or overloaded peer, or a proxy injecting faults), a failure on a
+fresh connection, a second failure of the same request, or any response byte:
+the request fails as ``reset`` and is never sent again. What remains possible is a
 server that read the request and then closed in order without a word; the
 resend is counted, never hidden. The record keeps its intended and first send
 instants, so the latency includes the lost attempt and the reconnect.
@@ -45,6 +53,9 @@ from tailwise.records import ERROR_KINDS, RecordBlock, error_code
 OK, HTTP_4XX, HTTP_5XX = error_code(""), error_code("http_4xx"), error_code("http_5xx")
 RESET, PROTOCOL, TIMEOUT = error_code("reset"), error_code("protocol"), error_code("timeout")
 CONNECT = error_code("connect")
+# Resets right after a connection's first answer, with no connection ever answering a
+# second: from the third on, the target's close racing our write (Conn.close_raced).
+FIRST_ANSWER_RESETS = 3
 HEAD_MAX_BYTES = 65_536  # how much of a response is kept to read its headers at a close
 # A 4xx/5xx answer keeps reading into ``head`` past its headers (bounded by HEAD_MAX_BYTES)
 # so that its body can be sampled; told by the status line's first digit: "HTTP/1.1 4".
@@ -77,6 +88,10 @@ class ConnPool(Protocol):
     rx: Any  # the stream reader of stream connections (http_stream.stream_reader), or None
     idle: list[Conn]
     waiting: deque[tuple[RecordBlock, int]]
+    stray_answers: int
+    keepalive_closes: int
+    kept_alive: bool
+    first_answer_resets: int
 
     @property
     def owner(self) -> StreamOwner: ...
@@ -106,6 +121,18 @@ def ends_at_close(head: bytes | None) -> bool:
     return b"\ncontent-length:" not in headers and b"\ntransfer-encoding:" not in headers
 
 
+def status_of(head: bytes | None) -> int:
+    """The status code of a response that began with ``head`` (``HTTP/1.x NNN``), else 0.
+
+    A request that fails after its answer's head came (a reset, a stream too large, a
+    timeout) keeps the status the server sent: the error is the client's reading of it.
+    """
+    if head is None or len(head) < 12 or not head.startswith(b"HTTP/") or head[8:9] != b" ":
+        return 0
+    code = head[9:12]
+    return int(code) if code.isdigit() else 0
+
+
 class Conn(asyncio.Protocol):
     """One keep-alive connection; carries at most one request at a time (no pipelining).
 
@@ -121,12 +148,15 @@ class Conn(asyncio.Protocol):
         "first",
         "head",
         "head_open",
+        "held",
         "j",
         "nbytes",
         "parser",
+        "parsing",
         "pool",
         "read_whole",
         "served",
+        "stray",
         "t_last",
         "transport",
     )
@@ -146,6 +176,12 @@ class Conn(asyncio.Protocol):
         self.head_open = False  # the head so far has no header end yet
         self.served = 0  # final responses completed on this connection
         self.read_whole = READ_WHOLE
+        # Inside the parser's feed: an answer completed there releases the connection
+        # only when the feed returns (``held``: 1 keep it, 2 close it), so that nothing
+        # is sent on it while the same read is still parsed (see release).
+        self.parsing = False
+        self.held = 0
+        self.stray = False  # bytes followed an answer's end in the same read
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -154,7 +190,7 @@ class Conn(asyncio.Protocol):
         """One read of the socket; ``t``: its run-relative arrival, when read elsewhere."""
         block = self.block
         if block is None:  # bytes nobody asked for: the connection can't be trusted
-            self.transport.abort()
+            self.drop_stray()
             return
         if t is None:
             t = now_ns() - self.pool.t0
@@ -181,12 +217,44 @@ class Conn(asyncio.Protocol):
                 b"\r\n\r\n" not in head or head[9:10] in ERROR_DIGITS
             )
         self.nbytes += len(data)
+        self.parsing = True
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):
             # Unparsable, or a protocol switch nobody asked for: not an HTTP answer.
             self.fail(PROTOCOL)
             self.transport.abort()
+        finally:
+            self.parsing = False
+        if self.held:
+            self.release()
+
+    def on_message_begin(self) -> None:
+        if self.block is None:  # a second answer in the read that ended the first
+            self.stray = True
+
+    def drop_stray(self) -> None:
+        """An answer nobody asked for (a server that answered one request twice): what
+        follows on this connection cannot be paired with a request, so it is closed, and
+        counted (``stray_answers``); the request already booked keeps its own answer."""
+        self.pool.stray_answers += 1
+        self.pool.discard(self)
+        self.transport.abort()
+
+    def release(self) -> None:
+        """After the read that completed an answer: the connection serves the next one."""
+        keep, self.held = self.held == 1, 0
+        if self.stray:
+            self.drop_stray()
+            return
+        pool = self.pool
+        if keep and not self.closed:
+            if pool.waiting:
+                pool.start_waiting(self)
+            else:
+                pool.idle.append(self)
+        else:
+            self.transport.close()
 
     def on_message_complete(self) -> None:
         block = self.block
@@ -215,15 +283,14 @@ class Conn(asyncio.Protocol):
         block.bytes_in[j] = self.nbytes
         self.block = None
         self.served += 1
-        pool = self.pool
-        pool.on_done(block, j)
-        if keep and not self.closed:
-            if pool.waiting:
-                pool.start_waiting(self)
-            else:
-                pool.idle.append(self)
-        else:
-            self.transport.close()
+        if self.served == 2:
+            self.pool.kept_alive = True  # the target does keep connections alive
+        self.pool.on_done(block, j)
+        # Released once the parser is done with this read, never from inside its callback:
+        # a request sent now would be credited with what the read holds after this answer.
+        self.held = 1 if keep else 2
+        if not self.parsing:
+            self.release()
 
     def sample(self, code: int, status: int) -> None:
         """Keep the body of a failed answer (the error path only; bounded per kind)."""
@@ -236,34 +303,54 @@ class Conn(asyncio.Protocol):
         self.block = None
         block.done_ns[self.j] = now_ns() - self.pool.t0
         block.error[self.j] = code
+        if not block.status[self.j]:  # the status the server sent, if its head came
+            block.status[self.j] = status_of(self.head)
         block.bytes_in[self.j] = self.nbytes
         self.pool.on_done(block, self.j)
 
     def reset_stream(self) -> None:
         """Only stream connections keep per-response stream state."""
 
+    def close_raced(self, exc: Exception | None) -> bool:
+        """Whether a reset under an unanswered request on a reused connection is the
+        target's keep-alive close meeting our write (a socket closed with our request
+        unread in it answers with a reset, not a FIN). It is, once this target has been
+        seen closing reused connections in order, or once it has reset
+        :data:`FIRST_ANSWER_RESETS` connections right after their first answer while no
+        connection of it ever answered a second request (it closes after every answer,
+        whatever it announces; a closed-loop user can meet the reset every time, and
+        then no FIN is ever seen). Before that, a reset is a failure."""
+        if not isinstance(exc, ConnectionResetError):
+            return False
+        pool = self.pool
+        if self.served == 1 and not pool.kept_alive:
+            pool.first_answer_resets += 1
+        if pool.keepalive_closes > 0:
+            return True
+        return not pool.kept_alive and pool.first_answer_resets >= FIRST_ANSWER_RESETS
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         block = self.block
+        pool = self.pool
         orderly = exc is None or isinstance(exc, BrokenPipeError)
-        if block is not None and orderly and self.served and not self.nbytes:
-            # Closed in order (a FIN came first) under a request it never answered,
-            # after serving others: the server's close raced our write (module docstring).
-            self.pool.discard(self)
+        if block is None:
+            if orderly and self.served and self in pool.idle:
+                pool.keepalive_closes += 1  # the target closed a connection kept for reuse
+        elif self.served and not self.nbytes and (orderly or self.close_raced(exc)):
+            # Closed under a request it never answered, after serving others: the
+            # server's close raced our write (module docstring).
+            if orderly:
+                pool.keepalive_closes += 1
+            pool.discard(self)
             self.block = None
-            if self.pool.retry(block, self.j):
+            if pool.retry(block, self.j):
                 return
             self.block = block
         if block is not None and exc is None and ends_at_close(self.head):
-            # HTTP/1.1 allows a body that ends when the server closes: complete it.
-            status = self.parser.get_status_code()
-            self.block = None
-            block.done_ns[self.j] = now_ns() - self.pool.t0
-            block.status[self.j] = status
-            if status >= 400:
-                block.error[self.j] = HTTP_5XX if status >= 500 else HTTP_4XX
-                self.sample(block.error[self.j], status)
-            block.bytes_in[self.j] = self.nbytes
-            self.pool.on_done(block, self.j)
+            # HTTP/1.1 allows a body that ends when the server closes: the close is the
+            # answer's end, read as any other end (a stream's tokens, its truncation).
+            self.t_last = now_ns() - self.pool.t0
+            self.on_message_complete()
         self.fail(RESET)
         self.pool.discard(self)

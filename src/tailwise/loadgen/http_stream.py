@@ -32,6 +32,11 @@ _NOT_A_STREAM = error_code("not_a_stream")
 # instead of growing without bound until the timeout.
 MAX_EVENT_BYTES = 4 << 20
 MAX_STREAM_CHUNKS = 1 << 18
+# An answer's text is kept only when it is needed (local token counting, a multi-turn
+# session carrying it into the next turn): past 4 Mi characters, too_large too, so that a
+# 900 MB answer is not held twice over (it was: 1.9 GB resident). Whole plain chunks the
+# compiled reader books are bounded by MAX_STREAM_CHUNKS instead (each is one small delta).
+MAX_KEPT_TEXT = 4 << 20
 
 
 def stream_reader() -> Any:
@@ -136,6 +141,7 @@ class StreamConn(Conn):
         "events",
         "finished",
         "keep_text",
+        "kept",
         "lead",
         "prompt_tokens",
         "reasoning_chunks",
@@ -245,6 +251,7 @@ class StreamConn(Conn):
         self.cached: int | None = None
         self.timings: Timings | None = None
         self.text: list[str] = []  # kept only when tokens are counted locally
+        self.kept = 0  # characters in text (what the Python paths appended)
         owner = self.pool.owner
         self.keep_text = owner.counter is not None or owner.on_answer is not None
         self.reasoning_chunks = 0  # events carrying reasoning_content (or reasoning)
@@ -269,7 +276,8 @@ class StreamConn(Conn):
                     chunks.append(t)
                     if self.keep_text:
                         self.text.append(text)
-                    if len(chunks) > MAX_STREAM_CHUNKS:
+                        self.kept += len(text)
+                    if len(chunks) > MAX_STREAM_CHUNKS or self.kept > MAX_KEPT_TEXT:
                         self.fail(_TOO_LARGE)
                         self.transport.abort()
                         return
@@ -313,7 +321,7 @@ class StreamConn(Conn):
                 self.events += 1
                 if text:
                     self._on_text(block, text)
-                    if len(self.chunks) > MAX_STREAM_CHUNKS:
+                    if len(self.chunks) > MAX_STREAM_CHUNKS and self.block is not None:
                         self.fail(_TOO_LARGE)
                         self.transport.abort()
                 return
@@ -322,6 +330,8 @@ class StreamConn(Conn):
                 return
         for etype, data in self.sse.feed(body):
             self._on_event(block, etype, data)
+            if self.block is None:  # failed on it (too_large): the rest is not this answer's
+                return
         # Checked once per read, not per event: the bounds only need to hold roughly.
         if self.sse.pending_bytes > MAX_EVENT_BYTES or len(self.chunks) > MAX_STREAM_CHUNKS:
             self.fail(_TOO_LARGE)
@@ -386,6 +396,10 @@ class StreamConn(Conn):
         chunks.append(self.t_last)
         if self.keep_text:
             self.text.append(text)
+            self.kept += len(text)
+            if self.kept > MAX_KEPT_TEXT and self.block is not None:
+                self.fail(_TOO_LARGE)
+                self.transport.abort()
 
     def _keep(self, block: RecordBlock, j: int) -> None:
         owner = self.pool.owner

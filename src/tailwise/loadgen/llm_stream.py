@@ -65,7 +65,7 @@ def classify(data: str, event_type: str = "message") -> Chunk:
         return DONE
     try:
         obj = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the interpreter's depth: malformed
         return Chunk(error=MALFORMED)
     if not isinstance(obj, dict):
         return Chunk(error=MALFORMED)
@@ -85,7 +85,7 @@ def classify_answer(body: bytes) -> Chunk:
     """
     try:
         obj = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return Chunk(error=MALFORMED)
     if not isinstance(obj, dict):
         return Chunk(error=MALFORMED)

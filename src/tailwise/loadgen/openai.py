@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from tailwise import credentials
 from tailwise.errors import BadInput
+from tailwise.files import read_bounded_utf8
 
 PATHS = {
     "openai-chat": "/v1/chat/completions",
@@ -137,10 +139,11 @@ Prompt = str | list[dict[str, Any]]  # a completion prompt, or chat messages
 def read_dataset(path: str) -> list[tuple[Prompt, int | None]]:
     """``(prompt or messages, output length or None)`` per JSONL row."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc.__class__.__name__
-        raise BadInput("--prompts", path, f"a readable UTF-8 JSONL file ({reason})") from None
+        lines = read_bounded_utf8(path, "--prompts").splitlines()
+    except BadInput as exc:
+        raise BadInput(
+            "--prompts", path, exc.expected.replace("file", "UTF-8 JSONL file", 1)
+        ) from None
     rows = []
     for lineno, line in enumerate(lines, 1):
         if line.strip():
@@ -161,7 +164,7 @@ _ROW_FORM = (
 def _dataset_row(line: str, where: str) -> tuple[Prompt, int | None]:
     try:
         row = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadInput(where, line[:40], _ROW_FORM) from None
     if not isinstance(row, dict):
         raise BadInput(where, line[:40], _ROW_FORM)
@@ -191,7 +194,7 @@ def parse_extra_body(text: str | None) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadInput(
             "--extra-body", text, "a JSON object such as '{\"ignore_eos\": true}'"
         ) from None
@@ -236,6 +239,7 @@ def bodies(
 
 def auth_header(api_key: str | None) -> list[tuple[str, str]]:
     key = api_key or os.environ.get("OPENAI_API_KEY")
+    credentials.remember(key)  # scrubbed from every output, whatever a server echoes
     return [("Authorization", f"Bearer {key}")] if key else []
 
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tailwise import credentials
 from tailwise.arrivals import Schedule, check_planned, parse_schedule
 from tailwise.errors import BadInput
 from tailwise.files import output_directory
@@ -237,9 +238,12 @@ def _llm_bodies(
         lengths = openai.sample_lengths(str(o.input_tokens), "--input-tokens", n, rng)
         prefix = parse_count(str(o.shared_prefix), "--shared-prefix", minimum=0)
         # Sized before a word is drawn: 256 prompts of a million words are 1.8 GB of text.
-        words = sum(max(n_words - prefix, 1) for n_words in lengths) + prefix
+        # The shared prefix is drawn once but copied into every prompt: it counts n times.
+        words = sum(max(n_words - prefix, 1) + prefix for n_words in lengths)
         what = f"words over the {n} synthetic prompts (use --prompts for longer contexts)"
-        within("--input-tokens", words, MAX_PROMPT_WORDS, what, given=o.input_tokens)
+        field = "--shared-prefix" if prefix * n > MAX_PROMPT_WORDS else "--input-tokens"
+        given = o.shared_prefix if field == "--shared-prefix" else o.input_tokens
+        within(field, words, MAX_PROMPT_WORDS, what, given=given)
         if counter is not None:
             prompts = list(exact_prompts(counter, lengths, o.seed, prefix, nonce))
         else:
@@ -263,6 +267,10 @@ def _requests(
     urls = [openai.api_url(u, o.api) for u in o.urls] if o.api else o.urls
     targets = [parse_url(u) for u in urls]
     headers = [parse_header(h) for h in o.header]
+    for name, value in headers:
+        credentials.remember_header(name, value)  # scrubbed from every output by value
+    for url in o.urls:
+        credentials.remember_url(url)
     if o.api:
         headers += openai.auth_header(o.api_key)
     if o.body is not None and o.bodies is not None:
@@ -544,6 +552,8 @@ def run_json(p: Prepared, started_unix: float) -> dict[str, Any]:
     if opts.get("body") and not str(opts["body"]).startswith("@"):
         opts["body"] = f"<{len(str(opts['body']).encode())} bytes, not saved>"
     opts["urls"] = [t.url for t in p.targets]
+    if opts.get("server_metrics") and str(opts["server_metrics"]).lower() != "off":
+        opts["server_metrics"] = credentials.masked_url(str(opts["server_metrics"]))
     return {
         "started_utc": dt.datetime.fromtimestamp(started_unix, dt.UTC).isoformat(),
         "options": opts,

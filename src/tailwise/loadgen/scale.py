@@ -23,7 +23,8 @@ the single-process plan for the same seed. The run goes:
    the single-process code from the merged records, ``latency.hlog``, and a
    ``workers`` section (per-worker counts) in summary.json and run.json.
 
-A worker that dies mid-run: the others go on; its share's rows that never
+A worker that dies mid-run, or is stopped by a signal sent to it alone (its
+process, not the driver's): the others go on; its share's rows that never
 arrived are ``not_sent:worker_lost``; the run is marked interrupted (verdict
 ``invalid``), naming the worker and the count.
 """
@@ -45,7 +46,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from tailwise.errors import BadInput
-from tailwise.files import OutputError, atomic_write_text
+from tailwise.files import OutputError, SpaceReserve, atomic_write_text
 from tailwise.loadgen import live
 from tailwise.loadgen import scale_merge as merge
 from tailwise.loadgen.conclude import (
@@ -121,6 +122,7 @@ class Driver:
         self.judge_from_ns = p.warmup_ns + min(WATCH_MIN_WINDOW_NS, span_ns // 2)
         self.hard_sent = False
         self.started_unix = time.time()
+        self.reserve = SpaceReserve(directory)  # room for the summary if the disk fills
         stream: TextIO = sys.stderr
         self.stream = stream
         show = p.opts.progress
@@ -191,6 +193,10 @@ class Driver:
             if arg.get("snapshot"):
                 w.last = arg["snapshot"]
                 self.view.add(arg["snapshot"])
+            if arg.get("signalled") and not self.note:
+                # A signal sent to this worker alone: a worker lost, as if it had died
+                # there; its share from then on is owed, the others go on.
+                w.died, w.died_at_ns = f"stopped by {arg['note']}", int(arg["stopped_at_ns"])
         elif kind in ("died", "error"):
             w.died, w.died_at_ns = str(arg), self.now_ns()
 
@@ -266,6 +272,7 @@ class Driver:
 
     def conclude(self) -> RunResult:
         p = self.p
+        self.reserve.release()
         records = self.merged_records()
         end_ns = plan_window_end(p, len(records), int(records.scheduled_ns.max(initial=0)))
         interrupted = self.sending_stopped()
@@ -311,7 +318,7 @@ class Driver:
                 merge.settle(path)
             r = merge.worker_records(path, w.index, self.count)
             offsets = merge.share_offsets(p.schedule, w.index, self.count)
-            if w.final is not None:
+            if w.final is not None and not w.died:
                 owed, kind, at = w.final["rows"], "lost", w.final["stopped_at_ns"]
             else:
                 owed, kind, at = int(np.searchsorted(offsets, stop_ns)), lost_kind, w.died_at_ns
@@ -321,19 +328,19 @@ class Driver:
 
     def sending_stopped(self) -> bool:
         """Interrupted: by a signal at the driver, or at a worker (not a worker's death)."""
-        return bool(self.note) or any(w.final and w.final["interrupted"] for w in self.states)
+        return bool(self.note) or any(self._interrupted(w) for w in self.states)
 
     def _stop_ns(self) -> int:
         """Where the plan stopped for everyone: a dead worker owes rows due before it."""
         if self.sending_stopped() or self.stopped_early:
-            stops = [w.final["stopped_at_ns"] for w in self.states if w.final]
+            stops = [w.final["stopped_at_ns"] for w in self.states if w.final and not w.died]
             return int(min(stops, default=self.now_ns()))
         return 2**62
 
     def _notes(self, records: Records) -> list[str]:
         notes = [self.note] if self.note else []
         for w in self.states:
-            if w.final and w.final["interrupted"] and not self.note:
+            if w.final and self._interrupted(w) and not self.note:
                 notes.append(f"worker {w.index}: {w.final['note']}")
             if w.died:
                 lost = int(((records.worker == w.index) & _kind(records, merge.WORKER_LOST)).sum())
@@ -368,7 +375,8 @@ class Driver:
 
     @staticmethod
     def _interrupted(w: WorkerState) -> bool:
-        return bool(w.final and w.final["interrupted"])
+        """Stopped by the driver's word (a lost worker, even one signalled, is not)."""
+        return bool(w.final and w.final["interrupted"] and not w.died)
 
     def write_run_json(self, section: dict[str, Any] | None = None) -> None:
         doc = run_json(self.p, self.started_unix)

@@ -219,6 +219,9 @@ class PipeHooks:
         self._engine: Engine | None = None
         self._interrupt: Callable[[str], None] | None = None
         self.orphaned = False  # the driver (or the Ray actor relaying for it) is gone
+        # The driver told this worker to stop (a relayed signal, a lost driver): an
+        # interruption without it came from a signal sent to this worker alone.
+        self.told = False
 
     def send(self, msg: Message) -> None:
         try:
@@ -246,6 +249,8 @@ class PipeHooks:
             kind, arg = self.inbox.popleft()
             if kind != "stop":
                 continue
+            if arg != "slo":
+                self.told = True
             if arg == "slo":  # lost SLO: stop sending, let what was sent finish
                 if not engine.finished_sending.is_set():
                     engine.stop()
@@ -306,6 +311,9 @@ class PipeHooks:
             last = self.snapshots.take()
         return {
             "interrupted": out.interrupted,
+            # A signal at this worker alone (kill -TERM PID): the driver books it as a
+            # lost worker, as if it had died, and the others go on.
+            "signalled": out.interrupted and not self.told and not self.orphaned,
             "note": out.note,
             "stopped_at_ns": out.stopped_at_ns,
             "rows": sum(b.rows for b in out.engine.blocks),

@@ -18,21 +18,23 @@ off. The API key is never sent to the metrics URL.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import json
+import socket
 import ssl
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tailwise import credentials
 from tailwise.clock import now_ns
 from tailwise.errors import BadInput
 from tailwise.metrics import derive
@@ -71,43 +73,118 @@ def plan_scrape(
             return None
         parts = urllib.parse.urlsplit(target_url)
         return ScrapePlan(f"{parts.scheme}://{parts.netloc}/metrics", interval_ns, False, insecure)
+    credentials.remember_url(given)  # its user, password, token: scrubbed from every output
     parts = urllib.parse.urlsplit(given.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname or len(given) > 2048:
-        raise BadInput("--server-metrics", given, "an http(s) URL of Prometheus metrics, or off")
+        shown = credentials.masked_url(given)
+        raise BadInput("--server-metrics", shown, "an http(s) URL of Prometheus metrics, or off")
     return ScrapePlan(given.strip(), interval_ns, True, insecure)
 
 
 def fetch(url: str, timeout_s: float, insecure: bool = False) -> str:
-    """One scrape's text; raises :class:`ScrapeError` with a short kind."""
-    opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler({}),  # a scrape goes where the user said, never via a proxy
-        urllib.request.HTTPSHandler(context=_ssl(insecure)),
-    )
-    request = urllib.request.Request(url, headers={"Accept": "text/plain"})
-    deadline = time.monotonic() + timeout_s
+    """One scrape's text, all of it within ``timeout_s``; raises :class:`ScrapeError`
+    with a short kind."""
     try:
-        with opener.open(request, timeout=timeout_s) as resp:
-            body = _read_by(resp, deadline)
-    except urllib.error.HTTPError as exc:
-        raise ScrapeError(f"http_{exc.code}") from None
+        status, _, body = get_within(
+            url, timeout_s, MAX_BODY_BYTES, accept="text/plain", insecure=insecure
+        )
     except TimeoutError:
         raise ScrapeError("timeout") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        kind = "timeout" if isinstance(reason, TimeoutError) else "unreachable"
-        raise ScrapeError(kind) from None
     except http.client.HTTPException:  # a broken answer: cut chunks, a bad status line
         raise ScrapeError("malformed") from None
+    except (OSError, ValueError):
+        raise ScrapeError("unreachable") from None
+    if not 200 <= status < 300:
+        raise ScrapeError(f"http_{status}")
     if len(body) > MAX_BODY_BYTES:
         raise ScrapeError("too_large")
-    return body.decode("utf-8", errors="replace")
+    return _decode(body)
 
 
-def _read_by(resp: Any, deadline: float) -> bytes:
+DECODE_SLICE_BYTES = 1 << 20
+
+
+def _decode(body: bytes) -> str:
+    """``body`` as text, a slice at a time with the interpreter lock given back between
+    slices: one decode of 8 MB held it for milliseconds, beside the load generator."""
+    parts, start, n = [], 0, len(body)
+    while start < n:
+        end = body.find(b"\n", min(start + DECODE_SLICE_BYTES, n))
+        end = n if end < 0 else end + 1
+        parts.append(body[start:end].decode("utf-8", errors="replace"))
+        start = end
+        _give_way()
+    return "".join(parts)
+
+
+def _give_way() -> None:
+    """Let the load generator's thread take the interpreter lock (a scrape's parsing runs
+    in a thread beside it: :func:`time.sleep` releases the lock, even for 0 s)."""
+    time.sleep(0)
+
+
+ReadIf = Callable[[int, str], bool]
+
+
+def get_within(
+    url: str,
+    timeout_s: float,
+    max_bytes: int,
+    *,
+    accept: str,
+    insecure: bool = False,
+    read_if: ReadIf = lambda status, kind: 200 <= status < 300,
+) -> tuple[int, str, bytes]:
+    """``GET url``: (status, Content-Type, body), the whole exchange (connecting, the
+    answer's head, its body) within ``timeout_s``.
+
+    A socket timeout bounds one read only: a server that answers a byte a second holds
+    a reader through its head for as long as it likes (42 s was measured before the first
+    request of a run). Here a timer cuts the socket at the deadline, wherever the reader
+    is, and the exchange raises TimeoutError. The body is read only where ``read_if``
+    (status, content type) says so, and not past ``max_bytes`` (more: too large). No
+    redirect is followed, no proxy is used; a URL's user and password go as Basic auth.
+    """
+    parts = urllib.parse.urlsplit(url)
+    host, port = parts.hostname or "", parts.port
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout_s, context=_ssl(insecure))
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    headers = {"Accept": accept}
+    if parts.username is not None:
+        token = f"{parts.username}:{parts.password or ''}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    deadline = time.monotonic() + timeout_s
+    timer = threading.Timer(timeout_s, cut)
+    timer.daemon = True
+    timer.start()
     try:
-        return read_by(resp, deadline, MAX_BODY_BYTES)
-    except TimeoutError:
-        raise ScrapeError("timeout") from None
+        conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
+                     headers=headers)  # fmt: skip
+        resp = conn.getresponse()
+        kind = resp.headers.get("Content-Type", "") or ""
+        body = read_by(resp, deadline, max_bytes) if read_if(resp.status, kind) else b""
+        if expired.is_set():
+            raise TimeoutError("the answer outlived its deadline")
+        return resp.status, kind, body
+    except (OSError, http.client.HTTPException, ValueError):
+        if expired.is_set():
+            raise TimeoutError("the answer outlived its deadline") from None
+        raise
+    finally:
+        timer.cancel()
+        conn.close()
 
 
 def read_by(resp: Any, deadline: float, max_bytes: int) -> bytes:
@@ -160,11 +237,13 @@ class Scraper:
         # wall-clock start (the only form a scaled-out run reports) on the monotonic clock.
         self._unix_minus_mono_ns = time.time_ns() - now_ns()
 
-    def scrape_once(self) -> dict[str, Any]:
+    def scrape_once(self, timeout_s: float | None = None) -> dict[str, Any]:
         start = now_ns()
         row: dict[str, Any] = {"t_mono_ns": start}
+        timeout_s = self._timeout_s if timeout_s is None else timeout_s
         try:
-            reading = read_exposition(fetch(self.plan.url, self._timeout_s, self.plan.insecure))
+            text = fetch(self.plan.url, timeout_s, self.plan.insecure)
+            reading = read_exposition(text, pace=_give_way)
         except ScrapeError as exc:
             row["error"] = exc.kind
             return row
@@ -177,10 +256,15 @@ class Scraper:
         return row
 
     def start(self) -> bool:
-        """Scrape once now; start the thread if that worked or the user named the URL."""
-        first = self.scrape_once()
+        """Scrape once now; start the thread if that worked or the user named the URL.
+
+        The scrapes that bracket the run (this one, before the clock, and the last, after
+        it: the counters' ends) are off the clock: each gets the full :data:`MAX_TIMEOUT_S`,
+        not the interval's share, since a busy server answering a 100 ms interval's scrape
+        late would cost the whole counter section."""
+        first = self.scrape_once(MAX_TIMEOUT_S)
         if "reading" not in first and not self.plan.explicit:
-            self.note = f"{self.plan.url}: {first['error']}; not scraped"
+            self.note = f"{credentials.masked_url(self.plan.url)}: {first['error']}; not scraped"
             return False
         self.path.write_text("")
         self._keep(first)
@@ -213,7 +297,7 @@ class Scraper:
         self._stop.set()
         self._thread.join(timeout=self._timeout_s + 1.0)
         if not self._thread.is_alive():
-            self._keep(self.scrape_once())
+            self._keep(self.scrape_once(MAX_TIMEOUT_S))
 
     def finish(
         self, t0_unix_s: float, window_ns: tuple[int, int], records: Records, llm: bool
@@ -230,7 +314,10 @@ class Scraper:
         ]
         self._rewrite(rows)
         client = client_ttft_ms(records, window_ns) if llm else None
-        doc = {"url": self.plan.url, "interval_s": self.plan.interval_ns / 1e9}
+        doc = {
+            "url": credentials.masked_url(self.plan.url),
+            "interval_s": self.plan.interval_ns / 1e9,
+        }
         doc.update(summarize_server(rows, window_ns, client))
         doc["timeline"] = timeline(rows, records, llm)
         return doc
@@ -242,7 +329,7 @@ class Scraper:
             out.update({k: v for k, v in r.items() if k not in ("t_ns", "t_end_ns")})
             lines.append(json.dumps(out, separators=(",", ":")))
         with contextlib.suppress(OSError):  # the summary still has them
-            self.path.write_text("\n".join(lines) + ("\n" if lines else ""))
+            self.path.write_text(credentials.scrub("\n".join(lines) + ("\n" if lines else "")))
 
 
 def client_ttft_ms(records: Records, window_ns: tuple[int, int]) -> dict[str, Any] | None:

@@ -7,9 +7,9 @@ takes the slot count from here instead of fitting it, and schedules prompts
 the way llama.cpp batches them (see :mod:`tailwise.calibrate.llm`).
 
 The probe is one GET on the target's own host and port, before the first
-request is scheduled, with no credentials, a 2 s timeout for the connection and
-the answer's head and 2 s more for its body as a whole (a server that trickles
-bytes does not hold the run), and no body read past :data:`MAX_BYTES`; an answer
+request is scheduled, with no credentials, 2 s for the whole exchange
+(connecting, the answer's head and its body: a server that trickles bytes does
+not hold the run), and no body read past :data:`MAX_BYTES`; an answer
 that says it is not JSON is not read at all. Any other server (vLLM, hosted APIs)
 answers 404 or something else, and the run records nothing; a redirect is not
 followed, a broken answer is no answer.
@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
-import urllib.error
-import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailwise.loadgen.server_metrics import read_by
+from tailwise.loadgen.server_metrics import get_within
 
 PROPS_PATH = "/props"
 MAX_BYTES = 1 << 20  # llama.cpp's /props is a few kB (the chat template is the bulk)
@@ -37,17 +34,6 @@ MAX_CONTEXT_TOKENS = 1 << 24
 BUILD_CHARS = 80
 LLAMA_CPP = "llama.cpp"
 LLAMA_CPP_BATCH_TOKENS = 2048  # llama-server's default -b (n_batch): not in /props
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is an answer, not an address to follow: the probe talks to the target
-    alone (a 3xx then raises HTTPError, and the run keeps nothing)."""
-
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 def props_url(url: str) -> str | None:
@@ -91,16 +77,18 @@ def probe(url: str, timeout_s: float = TIMEOUT_S) -> dict[str, Any] | None:
     target = props_url(url)
     if target is None:
         return None
-    req = urllib.request.Request(target, headers={"Accept": "application/json"})
+
+    def json_ok(status: int, kind: str) -> bool:
+        # llama.cpp says application/json; an event stream is not props
+        return status == 200 and (not kind or "json" in kind.lower())
+
     try:
-        with _OPENER.open(req, timeout=timeout_s) as resp:  # http(s) only: props_url
-            kind = resp.headers.get("Content-Type", "")
-            if resp.status != 200 or (kind and "json" not in kind.lower()):
-                return None  # llama.cpp says application/json; an event stream is not props
-            body = read_by(resp, time.monotonic() + timeout_s, MAX_BYTES)
-    except (OSError, urllib.error.URLError, ValueError, http.client.HTTPException):
-        return None  # TimeoutError (a trickle) is an OSError
-    if len(body) > MAX_BYTES:
+        status, kind, body = get_within(
+            target, timeout_s, MAX_BYTES, accept="application/json", read_if=json_ok
+        )
+    except (OSError, ValueError, http.client.HTTPException):
+        return None  # TimeoutError (a trickle, the deadline) is an OSError
+    if not json_ok(status, kind) or len(body) > MAX_BYTES:
         return None
     try:
         return parse_props(json.loads(body))

@@ -4,6 +4,8 @@ Summary sections added to an LLM run's ``summary.json`` (single-process runs):
 
 * ``reconnects``: requests sent once more because a reused keep-alive connection
   died before any response byte (see :mod:`~tailwise.loadgen.http_conn`);
+* ``stray_answers`` (only when some came): connections closed because an answer
+  followed the one its request was given (a server answering one request twice);
 * ``prompt_cache``: prompt tokens the server took from its prefix cache
   (``usage.prompt_tokens_details.cached_tokens``, llama.cpp's ``tokens_cached`` or
   ``timings.cache_n``), with a warning when most of them were cached although the
@@ -160,6 +162,11 @@ def server_lines(s: dict[str, Any]) -> list[str]:
         lines.append(
             f"reconnect {s['reconnects']} requests resent on a fresh connection: the server had "
             "closed a reused one"
+        )
+    if s.get("stray_answers"):
+        lines.append(
+            f"stray     {s['stray_answers']} answers nobody asked for (the server answered a "
+            "request twice): their connections were closed, no request was credited with them"
         )
     cache = s.get("prompt_cache") or {}
     if cache.get("hit_rate") is not None:

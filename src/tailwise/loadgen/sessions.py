@@ -25,13 +25,13 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tailwise.clock import now_ns
 from tailwise.errors import BadInput
+from tailwise.files import read_bounded_utf8
 from tailwise.loadgen.attack import Engine
 from tailwise.loadgen.openai import MAX_DATASET_ROWS
 from tailwise.loadgen.targets import Target, render
@@ -123,13 +123,13 @@ def read_conversations(path: str) -> list[list[tuple[str, int | None]]] | None:
     is a ShareGPT conversation (the file's prompts are then used one a turn)."""
     out: list[list[tuple[str, int | None]]] = []
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()[:MAX_DATASET_ROWS]
-    except (OSError, UnicodeDecodeError):
+        lines = read_bounded_utf8(path, "--prompts").splitlines()[:MAX_DATASET_ROWS]
+    except BadInput:
         return None  # read_dataset, which ran first, has said what is wrong
     for line in lines:
         try:
             row = json.loads(line) if line.strip() else None
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         turns = row.get("conversations") if isinstance(row, dict) else None
         if isinstance(turns, list):

@@ -13,6 +13,10 @@ dies) and empties their arrays; the runner reads them back before summarizing.
 Only the newest :data:`KEEP_BLOCKS` blocks stay resident whatever happens, so
 the engine's current block (which may still grow or shrink) is never touched.
 
+A write that fails (disk full) stops spilling: the block stays in memory, as do
+the ones after it (memory then grows as in a run without spilling), and the
+records on disk are :func:`tailwise.loadgen.conclude.writer_state`'s concern.
+
 Spilling is used when the pump is the only reader of the completion log and
 of old blocks: a single-process run without the SLO-loss watch (knee trials
 are short) and without scale-out snapshots.
@@ -20,6 +24,7 @@ are short) and without scale-out snapshots.
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import tempfile
 from array import array
@@ -45,6 +50,7 @@ class Spill:
         self._written: dict[int, int] = {}  # block index -> rows handed to the writer
         self._where: dict[int, tuple[int, list[int]]] = {}  # block index -> (offset, part sizes)
         self.spilled_rows = 0
+        self.failed = ""  # why spilling stopped (a write failed), if it did
 
     def note_written(self, seqs: list[int]) -> None:
         """Count rows handed to the records writer, per block."""
@@ -71,23 +77,34 @@ class Spill:
         cache faults) is a send-lag spike for the pacer sharing this event loop;
         a column is ~15 us. Rows and base stay; nothing touches a retirable block.
         """
+        if self.failed:
+            return
         block = blocks[b]
         self._file.seek(0, 2)
         offset = self._file.tell()
         sizes = []
-        for name in _COLUMNS:
-            column = getattr(block, name)
-            self._file.write(column)
-            sizes.append(column.itemsize * len(column))
-            yield
-        # Chunk times (LLM streams) in pieces: a whole block's marshalled at once held the
-        # loop ~4 ms (4,096 rows of 33 times), a send-lag and receive-lag spike.
-        times = list(block.chunk_times.items())
-        for at in range(0, len(times), CHUNK_PIECE_ROWS):
-            piece = marshal.dumps(dict(times[at : at + CHUNK_PIECE_ROWS]))
-            self._file.write(piece)
-            sizes.append(len(piece))
-            yield
+        try:
+            for name in _COLUMNS:
+                column = getattr(block, name)
+                self._file.write(column)
+                sizes.append(column.itemsize * len(column))
+                yield
+            # Chunk times (LLM streams) in pieces: a whole block's marshalled at once held
+            # the loop ~4 ms (4,096 rows of 33 times), a send-lag and receive-lag spike.
+            times = list(block.chunk_times.items())
+            for at in range(0, len(times), CHUNK_PIECE_ROWS):
+                piece = marshal.dumps(dict(times[at : at + CHUNK_PIECE_ROWS]))
+                self._file.write(piece)
+                sizes.append(len(piece))
+                yield
+            self._file.flush()
+        except OSError as exc:
+            # Disk full (or a file-size limit): blocks stay in memory from here on, as in
+            # a run without spilling; the part written is given back to the disk.
+            self.failed = exc.strerror or type(exc).__name__
+            with contextlib.suppress(OSError, ValueError):
+                self._file.truncate(offset)
+            return
         self._where[b] = (offset, sizes)
         for name in _COLUMNS:
             setattr(block, name, array(getattr(block, name).typecode))

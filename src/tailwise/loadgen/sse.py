@@ -22,10 +22,25 @@ _BOM = b"\xef\xbb\xbf"
 class SSEParser:
     """Feed bytes, get complete events; one parser per response."""
 
-    __slots__ = ("_data", "_event", "_held", "_partial", "_skip_lf", "_started", "idle", "last_id")
+    __slots__ = (
+        "_data",
+        "_event",
+        "_held",
+        "_partial",
+        "_pieces",
+        "_pieces_bytes",
+        "_skip_lf",
+        "_started",
+        "idle",
+        "last_id",
+    )
 
     def __init__(self) -> None:
         self._partial = b""  # an unterminated line carried to the next read
+        # Reads with no line end, held as they came (joined once, at the next line end):
+        # an endless line costs each read its own length, not the whole line's again.
+        self._pieces: list[bytes] = []
+        self._pieces_bytes = 0
         self._skip_lf = False  # the last read ended in CR: an LF next is the same line end
         self._data: list[bytes] = []
         self._held = 0  # bytes in _data: with _partial, what an unfinished event holds
@@ -48,12 +63,21 @@ class SSEParser:
     @property
     def pending_bytes(self) -> int:
         """Bytes held for an event not yet complete (a caller bounds this; see http.py)."""
-        return len(self._partial) + self._held
+        return len(self._partial) + self._pieces_bytes + self._held
 
     def feed(self, chunk: bytes) -> list[tuple[str, str]]:
         """Events completed by ``chunk``, in order."""
         if not chunk:
             return []  # an empty read changes nothing (it must not clear the CR state)
+        if self._started and not self._skip_lf and b"\n" not in chunk and b"\r" not in chunk:
+            self._pieces.append(chunk)  # the unfinished line goes on: nothing to split
+            self._pieces_bytes += len(chunk)
+            self.idle = False
+            return []
+        if self._pieces:
+            self._partial += b"".join(self._pieces)
+            self._pieces = []
+            self._pieces_bytes = 0
         if not self._started:
             if len(self._partial) + len(chunk) < len(_BOM) and _BOM.startswith(
                 self._partial + chunk
@@ -108,4 +132,4 @@ class SSEParser:
 
     def close(self) -> bool:
         """End of stream. True if an event (or a line) was left incomplete: truncated."""
-        return bool(self._data or self._partial.strip(b"\r\n"))
+        return bool(self._data or self._pieces_bytes or self._partial.strip(b"\r\n"))

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from tailwise.errors import BadInput
+from tailwise.files import read_bounded_bytes, read_bounded_utf8
 
 URL_FORM = "an http:// or https:// URL such as http://127.0.0.1:8000/predict"
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -112,27 +112,24 @@ def read_body(text: str) -> bytes:
     """A literal body, or ``@path`` for a file's bytes."""
     if not text.startswith("@"):
         return text.encode()
-    path = text[1:]
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise BadInput("--body", text, f"a readable file after @ ({exc.strerror})") from None
+    return read_bounded_bytes(text[1:], "--body", given=text)
 
 
 def read_bodies_jsonl(path: str) -> list[bytes]:
     """Per-request bodies: each non-empty line of a JSONL file is one JSON body, used in turn."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc.__class__.__name__
-        raise BadInput("--bodies", path, f"a readable UTF-8 JSONL file ({reason})") from None
+        lines = read_bounded_utf8(path, "--bodies").splitlines()
+    except BadInput as exc:
+        raise BadInput(
+            "--bodies", path, exc.expected.replace("file", "UTF-8 JSONL file", 1)
+        ) from None
     bodies: list[bytes] = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             value = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nested past the interpreter's depth
             raise BadInput(f"{path}:{lineno}", line[:40], "one JSON value per line") from None
         bodies.append(json.dumps(value, separators=(",", ":")).encode())
     if not bodies:

@@ -132,8 +132,17 @@ def format_frame(
 
 
 def serve(stream: BinaryIO, out: Path, window: tuple[int, int]) -> int:
+    """Append every frame's rows to ``out``; the rows written whole.
+
+    A write that fails (disk full, a file-size limit) cuts the file back to the end of
+    the last whole frame, so that it stays parseable line by line, and stops writing;
+    the frames that follow are read and dropped (the engine holds every row and
+    rewrites or rescues them: :func:`tailwise.loadgen.conclude.writer_state`).
+    """
     rows_written = 0
-    with open(out, "w", encoding="utf-8") as fh:
+    good = 0  # bytes of whole frames in the file
+    failed = False
+    with open(out, "wb", buffering=0) as fh:
         while (head := _read_exact(stream, HEADER.size)) is not None:
             magic, rows, n_values, n_kinds = HEADER.unpack(head)
             if magic != MAGIC:
@@ -141,8 +150,22 @@ def serve(stream: BinaryIO, out: Path, window: tuple[int, int]) -> int:
             payload = _read_exact(stream, n_kinds + 8 * (rows * WIDTH + rows + n_values))
             if payload is None:
                 break  # the engine died mid-frame: keep every complete frame
-            fh.write(format_frame(payload, n_kinds, rows, n_values, window))
-            fh.flush()
+            if failed:
+                continue
+            data = format_frame(payload, n_kinds, rows, n_values, window).encode()
+            try:
+                view = memoryview(data)
+                while view:
+                    n = fh.write(view)
+                    if not n:
+                        raise OSError("nothing written")
+                    view = view[n:]
+            except OSError:
+                failed = True
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fh.fileno(), good)
+                continue
+            good += len(data)
             rows_written += rows
     return rows_written
 

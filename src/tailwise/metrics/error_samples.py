@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tailwise import credentials
 from tailwise.records import ERROR_KINDS, Records
 
 SAMPLES_PER_KEY = 3
@@ -81,7 +82,7 @@ def clean_sample(body: bytes) -> str:
     """A body as a stored sample: at most :data:`SAMPLE_BYTES`, text, secrets stripped."""
     cut = body[:SAMPLE_BYTES]
     text = cut.decode("utf-8", errors="replace").replace("\x00", "")
-    text = redact(text)
+    text = redact(credentials.scrub(text))  # the values given first, then what looks like one
     return text + (" ..." if len(body) > SAMPLE_BYTES else "")
 
 

@@ -27,6 +27,7 @@ Pure functions of their inputs: nothing here reads a clock or a socket.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,9 +124,17 @@ DIALECTS = (
 PREFIXES = tuple(d.prefix for d in DIALECTS)
 
 
-def read_exposition(text: str) -> Reading | None:
-    """One scrape on common names, or None when no known server's metrics are in it."""
-    samples, _ = parse_samples(text, prefixes=PREFIXES)
+# Samples of known servers' names read from one scrape: a real server has hundreds (vLLM,
+# a few engines); 150,000 series took ~1 s of the interpreter per scrape beside the load.
+MAX_SAMPLES = 20_000
+
+
+def read_exposition(text: str, pace: Callable[[], None] | None = None) -> Reading | None:
+    """One scrape on common names, or None when no known server's metrics are in it.
+
+    ``pace``: called every few thousand lines (the scrape thread yields the interpreter
+    lock there, so an 8 MB exposition does not hold the load generator's loop)."""
+    samples, _ = parse_samples(text, max_samples=MAX_SAMPLES, prefixes=PREFIXES, pace=pace)
     by_name: dict[str, list[Sample]] = {}
     for s in samples:
         by_name.setdefault(s[0], []).append(s)

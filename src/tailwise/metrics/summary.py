@@ -235,7 +235,7 @@ def _check_accounting(r: Records, info: RunInfo, requests: dict[str, Any]) -> No
         requests["accounting_note"] = f"{lost} requests were never closed by the engine"
 
 
-def _preliminary(info: RunInfo, requests: dict[str, Any]) -> Verdict | None:
+def _preliminary(r: Records, info: RunInfo, requests: dict[str, Any]) -> Verdict | None:
     """What makes a run invalid before any SLO is looked at."""
     if info.interrupted:
         note = f": {info.interrupt_note}" if info.interrupt_note else ""
@@ -243,9 +243,47 @@ def _preliminary(info: RunInfo, requests: dict[str, Any]) -> Verdict | None:
     if not requests["accounted"]:
         note = requests.get("accounting_note", "")
         return Verdict("invalid", "accounting mismatch: " + note, "accounting")
+    short = _window_shorter_than_a_request(r, info, requests)
+    if short is not None:
+        return short
     if requests["scheduled"] == 0:
         return Verdict("invalid", "no request was scheduled inside the measurement window", "empty")
     return None
+
+
+def _window_shorter_than_a_request(
+    r: Records, info: RunInfo, requests: dict[str, Any]
+) -> Verdict | None:
+    """A closed loop whose window is shorter than one request: its users spend the whole
+    window waiting for answers, so nothing is scheduled in it, or nothing scheduled in it
+    completes in it (throughput 0, Little's law meaningless). Said as such, with what to
+    change, rather than as an empty window or a pass."""
+    if info.mode != "closed" or not len(r):
+        return None
+    start, end = info.window_ns
+    window_s = (end - start) / 1e9
+    answered = r.done_ns >= 0
+    if not answered.any():
+        return None
+    typical_s = float(np.median((r.done_ns - r.scheduled_ns)[answered])) / 1e9
+    done_in = answered & (r.done_ns >= start) & (r.done_ns < end)
+    if typical_s <= window_s or (requests["scheduled"] and done_in.any()):
+        return None
+    users = f"{info.concurrency} closed-loop users" if info.concurrency else "closed-loop users"
+    return Verdict(
+        "invalid",
+        f"the measurement window ({window_s:.3g}s) is shorter than one request (median "
+        f"latency {typical_s:.3g}s): the {users} waited for answers through it, so "
+        + (
+            "no request was scheduled inside it"
+            if not requests["scheduled"]
+            else "none of "
+            "its requests completed inside it (throughput and Little's law mean nothing)"
+        ),
+        "short_window",
+        f"a --duration of several request times (at least {max(10 * typical_s, 1):.0f}s), "
+        "or an open-loop --rate",
+    )
 
 
 def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
@@ -308,7 +346,7 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
     if info.sequential is not None:
         summary["sequential"] = info.sequential
     v = decide(
-        preliminary=_preliminary(info, requests),
+        preliminary=_preliminary(r, info, requests),
         requests=requests,
         rates=rates,
         client=client,

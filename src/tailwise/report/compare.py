@@ -291,14 +291,33 @@ def load(path: str | Path, name: str) -> tuple[str, dict[str, Any]]:
     raise BadInput(name, str(path), _DIR_FORM + "; it has neither")
 
 
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "JSON nested deeper than the interpreter reads"
+    return str(exc)
+
+
 def _read_json(file: Path, name: str, schema: str) -> dict[str, Any]:
     try:
         doc = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(name, str(file), f"a readable JSON file ({exc})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadInput(name, str(file), f"a readable JSON file ({_why(exc)})") from None
     if not isinstance(doc, dict) or doc.get("schema") != schema:
         given = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise BadInput(f"{name} ({file.name})", given, f'schema "{schema}"')
+    steps = doc.get("steps", [])
+    if file.name == "sweep.json" and not (
+        isinstance(steps, list)
+        and all(
+            isinstance(s, dict)
+            and isinstance(s.get("offered_rps"), int | float)
+            and not isinstance(s.get("offered_rps"), bool)
+            for s in steps
+        )
+    ):
+        raise BadInput(
+            f"{name} ({file.name})", str(file), "steps: a list of objects with offered_rps"
+        )
     return doc
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput, MissingExtra
+from tailwise.files import atomic_write_text
 from tailwise.records import Records, read_jsonl
 
 DIR_FORM = (
@@ -18,7 +19,7 @@ DIR_FORM = (
 def _load(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise BadInput("DIR", str(path), f"a readable {path.name} ({exc})") from None
     if not isinstance(doc, dict):
         raise BadInput("DIR", str(path), f"{path.name} holding a JSON object")
@@ -43,7 +44,7 @@ def run_meta(directory: Path, summary: dict[str, Any]) -> dict[str, Any]:
         if path.is_file():
             try:
                 doc = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ValueError):
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError):
                 continue
             if isinstance(doc, dict) and name == "meta.json":
                 meta.update(doc)
@@ -103,7 +104,7 @@ def render_sweep(directory: Path) -> list[Path]:
             path = directory / f"step-{s.index:02d}-over-time.png"
             per_step[s.index] = [run_charts.over_time(s.records, s.summary, slos, path)]
     out = directory / "report.html"
-    out.write_text(sweep_page(doc, steps, made, per_step), encoding="utf-8")
+    atomic_write_text(out, sweep_page(doc, steps, made, per_step))
     return [*(c.path for c in made), *(c.path for cs in per_step.values() for c in cs), out]
 
 
@@ -124,7 +125,7 @@ def render_directory(directory: Path) -> list[Path]:
         raise BadInput("DIR", str(directory), "a run directory with records.jsonl")
     made = _run_charts(read_jsonl(records_path), summary, directory)
     out = directory / "report.html"
-    out.write_text(html.run_page(summary, made, run_meta(directory, summary)), encoding="utf-8")
+    atomic_write_text(out, html.run_page(summary, made, run_meta(directory, summary)))
     return [*(c.path for c in made), out]
 
 
@@ -184,5 +185,5 @@ def render_compare(a: Path, b: Path, comparison: dict[str, Any], out: Path) -> P
             }
             for d, s in ((a, sa), (b, sb))
         ]
-    out.write_text(compare_page(comparison, (metas[0], metas[1]), made), encoding="utf-8")
+    atomic_write_text(out, compare_page(comparison, (metas[0], metas[1]), made))
     return out

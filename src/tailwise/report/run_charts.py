@@ -57,10 +57,13 @@ def over_time(r: Records, summary: dict[str, Any], slos: list[SLO], path: Path) 
     )
     t_s = r.scheduled_ns / 1e9
     series = [("latency", derive.latency_ns(r))] + ([("TTFT", derive.ttft_ns(r))] if llm else [])
+    positive = False  # a log axis needs a value above 0 (an empty records file has none)
     for name, v in series:
         ok = (v >= 0) & (r.error == 0)
         ax.scatter(t_s[ok], v[ok] / 1e6, s=3, alpha=0.4, label=name)
+        positive = positive or bool((v[ok] > 0).any())
     failed = (r.error != 0) & (r.done_ns >= 0)
+    positive = positive or bool(((r.done_ns - r.scheduled_ns)[failed] > 0).any())
     if failed.any():
         ax.scatter(
             t_s[failed],
@@ -77,7 +80,8 @@ def over_time(r: Records, summary: dict[str, Any], slos: list[SLO], path: Path) 
     start = float(window.get("start_s") or 0.0)
     if start > 0:
         ax.axvspan(0, start, color="0.6", alpha=0.25, label="warm-up (excluded)")
-    ax.set_yscale("log")
+    if positive:
+        ax.set_yscale("log")
     ax.set_ylabel("ms")
     ax.legend(fontsize="x-small", loc="upper left")
     ax.grid(alpha=0.3, which="both")

@@ -340,6 +340,12 @@ def render(s: dict[str, Any], directory: str | None = None) -> Group:
     ]
     if directory:
         parts.append(Text(f"saved     {directory}", "dim"))
+    writer = s.get("records_writer")
+    if isinstance(writer, dict) and writer.get("note"):
+        parts.append(Text(f"records   {writer['note']}", "yellow"))
+    if isinstance(s.get("outputs_missing"), dict) and s["outputs_missing"]:
+        files = ", ".join(f"{k} ({v})" for k, v in s["outputs_missing"].items())
+        parts.append(Text(f"not saved {files}", "yellow"))
     return Group(*parts)
 
 

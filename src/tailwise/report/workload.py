@@ -35,7 +35,7 @@ _REL_TOLERANCE = 0.01  # rates and durations within 1% are the same workload
 def _read(path: Path) -> dict[str, Any] | None:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 

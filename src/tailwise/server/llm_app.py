@@ -41,7 +41,7 @@ def error_body(status: int, message: str, kind: str = "invalid_request_error") -
 def parse_json(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise WireError(400, f"malformed JSON body: {exc}") from None
     if not isinstance(body, dict):
         raise WireError(400, "the body must be a JSON object")

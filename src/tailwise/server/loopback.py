@@ -111,7 +111,7 @@ def _steer(body: bytes) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -37,6 +37,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, TextIO
 
+from tailwise.errors import BadInput
 from tailwise.server import RequestProtocol
 from tailwise.units import parse_duration_ns
 
@@ -268,7 +269,7 @@ class _Http(RequestProtocol):
         arrival_ns = time.monotonic_ns()
         try:
             req = json.loads(body or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             req = {}
         if not isinstance(req, dict):
             req = {}
@@ -363,10 +364,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--truth", default=None, help="append what was sent, one JSON line a request")
     ap.add_argument("--lifetime", default="600s")
     a = ap.parse_args(argv)
-    truth = open(a.truth, "a", encoding="utf-8") if a.truth else None  # noqa: SIM115
-    lab = Lab(
-        parse_duration_ns(a.ttft, "--ttft") / 1e9, parse_duration_ns(a.itl, "--itl") / 1e9, truth
-    )
+    try:  # a mistake in an option is one line and exit 2, as in the CLI
+        ttft_s = parse_duration_ns(a.ttft, "--ttft") / 1e9
+        itl_s = parse_duration_ns(a.itl, "--itl") / 1e9
+        lifetime_s = parse_duration_ns(a.lifetime, "--lifetime") / 1e9
+        truth = open(a.truth, "a", encoding="utf-8") if a.truth else None  # noqa: SIM115
+    except BadInput as exc:
+        ap.exit(2, f"{ap.prog}: error: {exc}\n")
+    except OSError as exc:
+        ap.exit(2, f"{ap.prog}: error: --truth: {a.truth}: {exc.strerror}\n")
+    lab = Lab(ttft_s, itl_s, truth)
     try:
         import uvloop
 
@@ -374,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:
         runner = asyncio.Runner()
     with runner, contextlib.suppress(KeyboardInterrupt):
-        runner.run(serve(lab, a.port, parse_duration_ns(a.lifetime, "--lifetime") / 1e9))
+        runner.run(serve(lab, a.port, lifetime_s))
     sys.exit(0)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tailwise.arrivals import parse_schedule
+from tailwise.arrivals import Schedule, parse_schedule
 from tailwise.distributions import Distribution, parse_distribution
 from tailwise.errors import BadInput
 from tailwise.files import atomic_write_text, atomic_writer
@@ -73,8 +73,29 @@ def _arrivals(sc: Scenario) -> tuple[np.ndarray, tuple[int, int]]:
     )
     blocks = list(schedule.blocks())
     arrivals = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
-    end = schedule.horizon_ns or (int(arrivals[-1]) + 1 if len(arrivals) else warmup_ns + 1)
-    return arrivals.astype(np.int64), (warmup_ns, end)
+    return arrivals.astype(np.int64), (
+        warmup_ns,
+        _window_end(schedule, arrivals, a.requests, warmup_ns),
+    )
+
+
+def _window_end(
+    schedule: Schedule, arrivals: np.ndarray, requests: int | None, warmup_ns: int
+) -> int:
+    """Where the window ends, by the load generator's rule (docs/metrics.md, ``window``): at
+    the duration, unless the count ran out first; then one mean gap after the last arrival
+    (never past the duration), so that idle time after the count does not dilute the rates."""
+    n, horizon = len(arrivals), schedule.horizon_ns
+    if horizon is not None and not (requests is not None and n >= requests):
+        return horizon
+    if n == 0:
+        return warmup_ns + 1
+    last = int(arrivals[-1])
+    gap = last // (n - 1) if n > 1 else 0
+    if gap <= 0:
+        rate = schedule.describe().get("rate_rps")
+        gap = max(int(1e9 / rate), 1) if isinstance(rate, int | float) and rate > 0 else 10**9
+    return min(last + gap, horizon) if horizon is not None else last + gap
 
 
 def fast_path_applies(spec: SystemSpec) -> bool:

@@ -83,8 +83,10 @@ class ArrivalModel(_Strict):
     seed: int = Field(default=0, ge=0, lt=2**64)
 
     def window(self) -> str | None:
-        """The duration to use: a stages or trace schedule brings its own length."""
-        own_length = self.process.startswith(("stages:", "trace:"))
+        """The duration to use: a stages or trace schedule brings its own length, and a
+        count (``requests``) without a duration given bounds the run alone (the 60 s
+        default would cut it short); with both, whichever ends first ends the run."""
+        own_length = self.process.startswith(("stages:", "trace:")) or self.requests is not None
         if own_length and "duration" not in self.model_fields_set:
             return None
         return self.duration
