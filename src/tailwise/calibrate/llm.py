@@ -320,14 +320,16 @@ def fit_llm(
     best, _ = refine(build, start, steps, integers=integers, on_step=on_step)
     # The search scores small samples (fixed seeds, so it is deterministic, but a p99
     # of 1,500 simulated requests is noisy); the closed forms are kept when the full
-    # comparison says they fit better.
+    # comparison says they fit better, on the search's own objective (the calm steps'
+    # percentiles and the throughput where the server's peaked), never on a part of it.
     if best != start:
-        refined, closed = (goodness(build(p), steps).rms_log_error for p in (best, start))
-        if closed < refined:
+        refined, closed = (goodness(build(p), steps) for p in (best, start))
+        if closed.objective < refined.objective:
             best = dict(start)
             notes.append(
-                f"the closed forms fit better than the search's refinement (rms {closed:.3f} "
-                f"vs {refined:.3f}): kept"
+                f"the closed forms fit better than the search's refinement (objective "
+                f"{closed.objective:.3f} vs {refined.objective:.3f}, calm percentiles and "
+                "peak throughput): kept"
             )
     order = ("base_ms", "prefill_ms_per_token", "decode_ms_per_seq", "delay_ms", "max_num_seqs")
     best = {k: v for k in order if (v := {**held, **best}.get(k)) is not None}
