@@ -18,7 +18,7 @@ Target (issue 42): predicted knee within 20% of the measured one for prompt x4
 and answer x4. The plan would flag both workloads as extrapolated (outside the
 calibrated lengths): this measures how far the step law carries past them.
 
-Usage: ``python benchmarks/calibrate_cross.py [--write-docs] [--keep DIR]``;
+Usage: ``python benchmarks/calibrate_cross.py [--write-docs] [--keep DIR] [--flat]``;
 about 10 minutes on two cores.
 """
 
@@ -58,6 +58,15 @@ WORKLOADS = [
     ("prompt x4", "uniform:128-512", 32, [8.0, 16.0, 24.0, 32.0, 38.0, 44.0, 54.0]),
     ("answer x4", "uniform:32-128", 128, [3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 22.0]),
 ]
+# --flat: a server whose step time does not grow with the batch (12 ms a step, 0 per
+# sequence, 8 slots): by the law about 19/s for the base, 15/s for long prompts, 5/s
+# for long answers.
+FLAT = ["--step-base", "12ms", "--per-seq", "0us", "--max-num-seqs", "8"]
+FLAT_WORKLOADS = [
+    ("base", "uniform:32-128", 32, [3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 23.0]),
+    ("prompt x4", "uniform:128-512", 32, [2.0, 4.0, 6.0, 8.0, 11.0, 14.0, 18.0]),
+    ("answer x4", "uniform:32-128", 128, [1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.5]),
+]
 
 
 def _options(url: str, prompts: str, answer: int) -> RunOptions:
@@ -95,12 +104,13 @@ def _measured(step: Step) -> tuple[float | None, float | None, int]:
     return p90, (float(np.percentile(tpot, 50)) if len(tpot) else None), len(ttft)
 
 
-def bench(tmp: Path) -> dict[str, Any]:
+def bench(tmp: Path, flat: bool = False) -> dict[str, Any]:
     t0 = time.monotonic()
-    proc, base = spawn_demo("llm", lifetime="1800s")
+    workloads = FLAT_WORKLOADS if flat else WORKLOADS
+    proc, base = spawn_demo("llm", *(FLAT if flat else []), lifetime="1800s")
     url = base + "/v1/completions"
     try:
-        for name, prompts, answer, rates in WORKLOADS:
+        for name, prompts, answer, rates in workloads:
             where = tmp / name.replace(" ", "")
             if not (where / "sweep.json").is_file():  # --keep DIR: measured already
                 sweep = Sweep(_options(url, prompts, answer), where)
@@ -120,8 +130,9 @@ def bench(tmp: Path) -> dict[str, Any]:
         "poor": cal.goodness.poor,
         "notes": cal.notes + cal.fit.notes + cal.goodness.notes(),
         "workloads": {},
+        "flat": flat,
     }
-    for name, prompts, answer, _ in WORKLOADS:
+    for name, prompts, answer, _ in workloads:
         steps, _ = load_steps([tmp / name.replace(" ", "")])
         rows = []
         for step in steps:
@@ -165,15 +176,25 @@ def _ms(v: float | None) -> str:
 
 
 def write_docs(res: dict[str, Any], machine: str) -> None:
-    begin, end = "<!-- calibrate_cross:begin -->", "<!-- calibrate_cross:end -->"
+    tag = "calibrate_cross_flat" if res["flat"] else "calibrate_cross"
+    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
+    server = (
+        "A flat-step variant of the demo LLM server (`serve-demo --step-base 12ms --per-seq "
+        "0us --max-num-seqs 8`: a step costs 12 ms + 0.02 ms per prefilled token whatever "
+        "the batch, 8 slots)"
+        if res["flat"]
+        else "The demo LLM server (its default law: step 4 ms + 0.02 ms per prefilled token "
+        "+ 0.3 ms per decoding sequence, 32 slots)"
+    )
+    variant = ", a server whose step does not grow with the batch" if res["flat"] else ""
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     params = ", ".join(f"{n} {v}" for n, v in res["params"].items() if n != "closed_form_start")
     lines = [
         begin,
-        f"## Calibrate on one workload, predict others: `benchmarks/calibrate_cross.py` ({when})",
+        f"## Calibrate on one workload, predict others{variant}: "
+        f"`benchmarks/calibrate_cross.py{' --flat' if res['flat'] else ''}` ({when})",
         "",
-        f"Machine: {machine}. The demo LLM server (its default law: step 4 ms + 0.02 ms per "
-        "prefilled token + 0.3 ms per decoding sequence, 32 slots) is swept with prompts of "
+        f"Machine: {machine}. {server} is swept with prompts of "
         "32-128 words and 32-token answers, and calibrated on that sweep alone. The model "
         "then predicts, on the simulator, every step of two sweeps it never saw, prompts x4 "
         "(128-512) and answers x4 (128 tokens): TTFT p90 and TPOT p50, the same experiment, "
@@ -219,13 +240,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--write-docs", action="store_true")
     ap.add_argument("--keep", type=Path, help="Keep the runs in this directory.")
+    ap.add_argument("--flat", action="store_true", help="The flat-step server variant.")
     args = ap.parse_args()
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-        res = bench(args.keep)
+        res = bench(args.keep, args.flat)
     else:
         with tempfile.TemporaryDirectory(prefix="tailwise-cross-") as tmp:
-            res = bench(Path(tmp))
+            res = bench(Path(tmp), args.flat)
     print(json.dumps(res, indent=2, default=str), flush=True)
     if args.write_docs:
         write_docs(res, machine_label())
