@@ -16,6 +16,7 @@ BENCHMARKS = [
     ["calibrate_predict.py", "--write-docs"],
     ["calibrate_llama.py", "--write-docs"],  # builds llama-server once; about 20 minutes
     ["calibrate_paged.py", "--write-docs"],  # about fifteen minutes on two cores
+    ["calibrate_cross.py", "--write-docs"],  # about ten minutes on two cores
     ["instrument_overhead.py", "--write-docs"],
     ["scale_local.py", "--write-docs"],
     ["reliability_table.py", "--write-docs"],

@@ -8,7 +8,9 @@ record (see :mod:`tailwise.records`).
 
     TailwiseError
     ├── BadInput            user input is malformed (exit code 2); names the field
-    │   └── MissingExtra    an optional dependency is not installed; names the extra
+    │   ├── MissingExtra    an optional dependency is not installed; names the extra
+    │   └── PoorFit         a calibrated model whose fit is POOR, asked without
+    │                       --accept-poor-fit (tailwise.sim.trust: it needs the model's fit)
     ├── PreflightFailed     the request sent before a run failed (exit code 6 or 7)
     └── TransportError      raised inside a transport, mapped to an error kind
         ├── ConnectError    kind "connect": refused, unreachable, DNS, connect timeout

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from tailwise.calibrate.advice import advice, measured_range
 from tailwise.calibrate.fit import METRICS, Goodness, goodness
 from tailwise.calibrate.generic import SHAPES, Fit, fit_batching, fit_http
 from tailwise.calibrate.llm import fit_llm
@@ -44,6 +45,16 @@ class Calibration:
     steps: list[Step]
     notes: list[str]
     sources: list[str]
+
+    @property
+    def advice(self) -> list[str]:
+        """What would make a poor fit good (empty when it is good)."""
+        return advice(self.steps, self.goodness, self.notes + self.fit.notes)
+
+    @property
+    def range(self) -> dict[str, Any]:
+        """What the runs covered: the model is flagged beyond it (tailwise.sim.trust)."""
+        return measured_range(self.steps)
 
     @property
     def slos(self) -> list[str]:
@@ -79,8 +90,12 @@ class Calibration:
             "steps": len(self.steps),
             "params": self.fit.params,
             "measured_knee_rps": self.measured_knee_rps,
-            "fit": {k: g[k] for k in ("rms_log_error", "worst", "poor", "rule")},
-            "notes": self.notes + self.fit.notes,
+            "fit": {
+                k: g[k] for k in ("rms_log_error", "worst", "objective", "capacity", "poor", "rule")
+            },
+            "range": self.range,
+            "advice": self.advice,
+            "notes": self.notes + self.fit.notes + self.goodness.notes(),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -92,7 +107,9 @@ class Calibration:
             "model": self.fit.model,
             "goodness": self.goodness.to_json(),
             "measured_knee_rps": self.measured_knee_rps,
-            "notes": self.notes + self.fit.notes,
+            "range": self.range,
+            "advice": self.advice,
+            "notes": self.notes + self.fit.notes + self.goodness.notes(),
         }
 
 
@@ -204,4 +221,5 @@ def as_plan(cal: Calibration, written: list[Path]) -> Plan:
         outputs,
         tuple(cal.notes + cal.fit.notes),
         command="calibrate",
+        warnings=tuple(g.notes()) + tuple(f"to fit well: {a}" for a in cal.advice),
     )

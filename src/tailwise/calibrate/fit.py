@@ -11,8 +11,17 @@ endpoint; TTFT p50, TTFT p99 and TPOT p50 for an LLM. A p99 of fewer than
 The score is the root mean square of ``log(predicted / measured)`` over the
 steps below saturation (past capacity, latency grows for as long as the
 window lasts: those steps are compared on throughput instead). A fit is
-**poor** when that RMS is over :data:`POOR_RMS` (about 15%) or any one value
-is off by more than :data:`POOR_ONE` (35%).
+**poor** when that RMS is over :data:`POOR_RMS` (about 15%), any one value
+is off by more than :data:`POOR_ONE` (35%), or the model's throughput where
+the server's peaked (every saturated step, and the step of the highest
+throughput measured) is off by more than :data:`POOR_CAPACITY` (20%): a
+model with the wrong capacity predicts the wrong knee, however well it
+follows the calm steps.
+
+Every decision between two models (the search's moves, and whether the
+search's result or the closed forms' start is kept) is made on one number,
+:func:`objective_of`: the calm steps' percentiles and the throughput where the
+server's peaked, each part's mean square, under one root.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from tailwise.sim.scenario import parse_scenario
 
 POOR_RMS = 0.14  # log error: exp(0.14) = 1.15
 POOR_ONE = 0.30  # log error: exp(0.30) = 1.35
+POOR_CAPACITY = 0.20  # relative: the throughput where the server's peaked
 MIN_REQUESTS = 20_000  # per step, over its replications
 
 # (label, summary section, percentile) compared per kind of endpoint
@@ -43,6 +53,10 @@ METRICS: dict[str, list[tuple[str, str, str]]] = {
     ],
 }
 METRICS["batching"] = METRICS["http"]
+# Below capacity a step's throughput is its arrivals' (a 5 s window of a Poisson
+# stream holds 20% more or less than the rate): where the server's throughput peaked
+# without saturating, the share of the offered load served is compared instead.
+SERVED = "served share"
 # Past capacity: what got done and, for an LLM, the pace of a full batch.
 SATURATED_METRICS = {
     "http": ["throughput"],
@@ -91,15 +105,48 @@ class Goodness:
     rms_log_error: float
     worst: tuple[str, float, float]  # (label, rate, relative error)
     poor: bool
+    objective: float = math.inf  # :func:`objective_of` these rows: what every choice uses
+    capacity: tuple[float, float] | None = None  # (rate, relative error) of the worst
+    # throughput where the server's peaked; None when no row has one
+
+    @property
+    def capacity_off(self) -> bool:
+        return self.capacity is not None and abs(self.capacity[1]) > POOR_CAPACITY
+
+    def notes(self) -> list[str]:
+        """What makes the fit poor beyond its percentiles: a capacity off by over 20%."""
+        if self.capacity is None or not self.capacity_off:
+            return []
+        rate, err = self.capacity
+        row = next(r for r in self.rows if r.rate_rps == rate)
+        if row.saturated:
+            what = (
+                f"throughput at {rate:g}/s is off by {err:+.0%} (model "
+                f"{row.predicted['throughput']:.4g}/s, measured {row.measured['throughput']:.4g}/s)"
+            )
+        else:
+            what = (
+                f"share of the offered load served at {rate:g}/s is off by {err:+.0%} (model "
+                f"{row.predicted[SERVED]:.0%}, measured {row.measured[SERVED]:.0%})"
+            )
+        return [
+            f"the model's {what}: its capacity, and every knee it predicts, is wrong "
+            f"(POOR: over {POOR_CAPACITY:.0%})"
+        ]
 
     def to_json(self) -> dict[str, Any]:
         label, rate, err = self.worst
         return {
             "rms_log_error": round(self.rms_log_error, 4),
             "worst": {"metric": label, "rate_rps": rate, "error": round(err, 4)},
+            "objective": round(self.objective, 4) if math.isfinite(self.objective) else None,
+            "capacity": None
+            if self.capacity is None
+            else {"rate_rps": self.capacity[0], "error": round(self.capacity[1], 4)},
             "poor": self.poor,
-            "rule": f"poor when RMS log error > {POOR_RMS} or one value off by > "
-            f"{math.exp(POOR_ONE) - 1:.0%}",
+            "rule": f"poor when RMS log error > {POOR_RMS}, one value off by > "
+            f"{math.exp(POOR_ONE) - 1:.0%}, or the throughput where the server's peaked "
+            f"off by > {POOR_CAPACITY:.0%}",
             "steps": [r.to_json() for r in self.rows],
         }
 
@@ -116,6 +163,9 @@ def measured(step: Step) -> dict[str, float]:
     if step.kind == "llm":
         arrays = {"ttft_ms": step.ttft_ms, "tpot_ms": step.tpot_ms}
     out: dict[str, float] = {"throughput": step.throughput_rps}
+    offered = float(step.summary["rates"].get("offered_rps") or 0.0)
+    if offered > 0:
+        out[SERVED] = step.throughput_rps / offered
     for label, section, p in METRICS[step.kind]:
         values = arrays[section]()
         if p == "p99" and len(values) < MIN_P99_SAMPLES:
@@ -181,7 +231,10 @@ def predict(model: dict[str, Any], step: Step, min_requests: int) -> dict[str, f
     for seed in range(1, replications_for(step, min_requests) + 1):
         # Point estimates: a fit reads percentiles, never their intervals.
         summary = simulate(parse_scenario(step_model(model, step, seed)), intervals=False).summary
-        sums.setdefault("throughput", []).append(float(summary["rates"]["throughput_rps"]))
+        rates = summary["rates"]
+        sums.setdefault("throughput", []).append(float(rates["throughput_rps"]))
+        if rates.get("offered_rps"):
+            sums.setdefault(SERVED, []).append(rates["throughput_rps"] / rates["offered_rps"])
         for label, section, p in METRICS[step.kind]:
             value = (summary.get(section) or {}).get(p)
             if value is not None:
@@ -193,12 +246,7 @@ def goodness(
     model: dict[str, Any], steps: list[Step], min_requests: int = MIN_REQUESTS
 ) -> Goodness:
     """Every step predicted; the calm ones scored."""
-    calm = {id(s) for s in calm_steps(steps)}
-    rows = [
-        FitRow(s.rate_rps, s.saturated, id(s) in calm, measured(s), predict(model, s, min_requests))
-        for s in steps
-    ]
-    return judge(rows, steps[0].kind)
+    return judge(rows_of(model, steps, min_requests), steps[0].kind)
 
 
 def judge(rows: list[FitRow], kind: str) -> Goodness:
@@ -210,17 +258,72 @@ def judge(rows: list[FitRow], kind: str) -> Goodness:
             e = row.error(label)
             if e is not None and e > -1:
                 errors.append((label, row.rate_rps, e))
+    peaks = [(r.rate_rps, e) for r in peak_rows(rows) if (e := r.error(_peak(r))) is not None]
+    capacity = max(peaks, key=lambda t: abs(t[1])) if peaks else None
     if not errors:
-        return Goodness(rows, math.inf, ("-", 0.0, math.inf), True)
+        return Goodness(rows, math.inf, ("-", 0.0, math.inf), True, math.inf, capacity)
     logs = [math.log1p(e) for _, _, e in errors]
     rms = math.sqrt(sum(x * x for x in logs) / len(logs))
     worst = max(errors, key=lambda t: abs(math.log1p(t[2])))
     poor = rms > POOR_RMS or abs(math.log1p(worst[2])) > POOR_ONE
-    return Goodness(rows, rms, worst, poor)
+    poor = poor or (capacity is not None and abs(capacity[1]) > POOR_CAPACITY)
+    return Goodness(rows, rms, worst, poor, objective_of(rows, kind), capacity)
+
+
+def peak_rows(rows: list[FitRow]) -> list[FitRow]:
+    """Where the server's throughput peaked: every saturated row (its throughput is the
+    capacity), and the row of the highest throughput measured (saturated or not)."""
+    if not rows:
+        return []
+    top = max(rows, key=lambda r: r.measured.get("throughput", 0.0))
+    return [r for r in rows if r.saturated or r is top]
+
+
+def _peak(row: FitRow) -> str:
+    """What a peak row's capacity is read from: its throughput past saturation, else the
+    share of its offered load it served."""
+    return "throughput" if row.saturated else SERVED
+
+
+def objective_of(rows: list[FitRow], kind: str) -> float:
+    """The one number every choice between two models is made on: the mean square log
+    error of the scored (calm) rows' percentiles, plus that of the throughput (and, past
+    saturation, the other :data:`SATURATED_METRICS`) where the server's peaked
+    (:func:`peak_rows`), under one root.
+
+    Capacity weighs as much as all the percentiles together: a knee is mostly
+    where capacity runs out, so a model that fits the calm steps by giving up
+    capacity would predict the wrong knee."""
+    shape: list[float] = []
+    capacity: list[float] = []
+    peaks = {id(r) for r in peak_rows(rows)}
+    for row in rows:
+        labels = [m[0] for m in METRICS[kind]] if row.scored and not row.saturated else []
+        for label in labels:
+            e = row.error(label)
+            if e is not None:
+                shape.append(math.log1p(max(e, -0.99)))
+        if id(row) in peaks:
+            for label in SATURATED_METRICS[kind] if row.saturated else [SERVED]:
+                e = row.error(label)
+                if e is not None:
+                    capacity.append(math.log1p(max(e, -0.99)))
+    parts = [sum(x * x for x in v) / len(v) for v in (shape, capacity) if v]
+    return math.sqrt(sum(parts)) if parts else math.inf
+
+
+def rows_of(model: dict[str, Any], steps: list[Step], min_requests: int) -> list[FitRow]:
+    """Every step predicted; the calm ones scored."""
+    calm = {id(s) for s in calm_steps(steps)}
+    return [
+        FitRow(s.rate_rps, s.saturated, id(s) in calm, measured(s), predict(model, s, min_requests))
+        for s in steps
+    ]
 
 
 def score(model: dict[str, Any], steps: list[Step], min_requests: int) -> float:
-    """The RMS log error over ``steps`` (all scored): what a fit minimises."""
+    """The RMS log error over ``steps`` (all scored): a generic fit's choice among its
+    closed-form candidates, whose capacity is the measured one by construction."""
     rows = [
         FitRow(s.rate_rps, s.saturated, True, measured(s), predict(model, s, min_requests))
         for s in steps
@@ -229,26 +332,8 @@ def score(model: dict[str, Any], steps: list[Step], min_requests: int) -> float:
 
 
 def objective(model: dict[str, Any], steps: list[Step], min_requests: int) -> float:
-    """What a refinement minimises: the mean square log error of the calm steps'
-    percentiles plus that of the saturated steps' throughput, under one root.
-
-    Capacity weighs as much as all the percentiles together: a knee is mostly
-    where capacity runs out, so a model that fits the calm steps by giving up
-    capacity would predict the wrong knee."""
-    calm = {id(s) for s in calm_steps(steps)}
-    shape: list[float] = []
-    capacity: list[float] = []
-    for s in steps:
-        if id(s) not in calm and not s.saturated:
-            continue
-        row = FitRow(s.rate_rps, s.saturated, True, measured(s), predict(model, s, min_requests))
-        labels = SATURATED_METRICS[s.kind] if s.saturated else [m[0] for m in METRICS[s.kind]]
-        for label in labels:
-            e = row.error(label)
-            if e is not None:
-                (capacity if s.saturated else shape).append(math.log1p(max(e, -0.99)))
-    parts = [sum(x * x for x in v) / len(v) for v in (shape, capacity) if v]
-    return math.sqrt(sum(parts)) if parts else math.inf
+    """What a refinement minimises: :func:`objective_of` the steps predicted."""
+    return objective_of(rows_of(model, steps, min_requests), steps[0].kind)
 
 
 Build = Callable[[dict[str, float]], dict[str, Any]]

@@ -39,9 +39,13 @@ see :mod:`tailwise.loadgen.server_props` and ``server.jsonl``):
 * its **prefix cache**: tokens the server took from cache (the chat
   template's head) are not prefilled, in the runs or in the model;
 * its own **prompt times** (``timings.prompt_ms`` per request) give b and the
-  delay D without queueing in them: the line through prompt time against
-  prompt tokens processed at the lowest load, and D as the median of the
-  client's TTFT less the server's prompt time.
+  delay D without queueing in them, pooled over every step below saturation
+  (a thin lowest step no longer drops them): b is what the prompts' times
+  leave per prompt token once the step's base and the decodes riding in its
+  batch (c per sequence, the step's running batch by Little's law) are taken
+  off, held while the search moves the rest; D is the median of the client's
+  TTFT less the server's prompt time. Fewer than MIN_SERVER_TIMINGS in the
+  pool, or timings only past saturation, are not used, and a note says so.
 """
 
 from __future__ import annotations
@@ -81,34 +85,81 @@ def server_facts(steps: list[Step]) -> tuple[str, int | None]:
 
 @dataclass(frozen=True)
 class ServerPrefill:
-    """The server's own prompt times at the lowest load (llama.cpp's ``timings``)."""
+    """The server's own prompt times (llama.cpp's ``timings``), pooled over the steps
+    below saturation."""
 
     prompt_ms: np.ndarray  # per request: time to process its prompt
     processed: np.ndarray  # per request: prompt tokens processed (not cached)
+    decoding: np.ndarray  # per request: sequences decoding beside it (its step's mean)
     delay_ms: float  # the client's TTFT less the server's prompt time, median
     note: str
 
-    def per_token_ms(self, base_ms: float) -> float:
-        """b such that a prompt costs the step's base plus b per token, on average."""
-        total = float(self.prompt_ms.sum()) - base_ms * len(self.prompt_ms)
-        return max(total / float(self.processed.sum()), 0.0)
+    def per_token_ms(self, base_ms: float, decode_ms: float = 0.0) -> float:
+        """b such that a prompt's time is a step's base, the decodes riding in its batch
+        (``decode_ms`` each) and b per token, on average."""
+        others = base_ms * len(self.prompt_ms) + decode_ms * float(self.decoding.sum())
+        return max((float(self.prompt_ms.sum()) - others) / float(self.processed.sum()), 0.0)
 
 
-def _server_prefill(low: Step) -> ServerPrefill | None:
-    """The lowest load's server prompt times; None when it gave too few."""
-    r, ok = low.records, low.ok()
-    prompt_ms = low.server_column("prompt_ms")[ok]
-    processed = low.server_column("prompt_n")[ok]
-    ttft_ms = (r.first_token_ns - r.sent_ns)[ok] / 1e6
-    keep = np.isfinite(prompt_ms) & np.isfinite(processed) & (processed > 0) & (ttft_ms >= 0)
-    if keep.sum() < MIN_SERVER_TIMINGS:
-        return None
-    delay_ms = max(float(np.median(ttft_ms[keep] - prompt_ms[keep])), 0.0)
-    note = (
-        f"prefill and delay from the server's own prompt times ({int(keep.sum())} requests "
-        f"at {low.rate_rps:g}/s): client TTFT - server prompt time p50 {delay_ms:.2f} ms"
+def _running(step: Step) -> float:
+    """The step's time-average number of sequences decoding (Little: throughput x the
+    mean time from first token to done)."""
+    r, ok = step.records, step.ok()
+    span = (r.done_ns - r.first_token_ns)[ok]
+    span = span[span >= 0]
+    return step.throughput_rps * float(span.mean()) / 1e9 if len(span) else 0.0
+
+
+def _server_prefill(steps: list[Step]) -> tuple[ServerPrefill | None, list[str]]:
+    """The server's prompt times, pooled over every step below saturation (a saturated
+    step's TTFT waited for a slot, so its delay is not the client's); None, with a note,
+    when the pool holds fewer than MIN_SERVER_TIMINGS requests."""
+    prompt_ms, processed, decoding, gap_ms, rates = [], [], [], [], []
+    left_out = 0
+    for st in steps:
+        r, ok = st.records, st.ok()
+        p_ms = st.server_column("prompt_ms")[ok]
+        n = st.server_column("prompt_n")[ok]
+        ttft_ms = (r.first_token_ns - r.sent_ns)[ok] / 1e6
+        keep = np.isfinite(p_ms) & np.isfinite(n) & (n > 0) & (ttft_ms >= 0)
+        if not keep.any():
+            continue
+        if st.saturated:
+            left_out += int(keep.sum())
+            continue
+        prompt_ms.append(p_ms[keep])
+        processed.append(n[keep])
+        decoding.append(np.full(int(keep.sum()), _running(st)))
+        gap_ms.append(ttft_ms[keep] - p_ms[keep])
+        rates.append(st.rate_rps)
+    count = sum(len(x) for x in prompt_ms)
+    saturated = f"; {left_out} at saturated steps left out (their TTFT waited for a slot)"
+    tail = saturated if left_out else ""
+    if count == 0:
+        return None, (
+            [f"the server's own prompt times: none below saturation{tail}"] if left_out else []
+        )
+    where = (
+        f"{rates[0]:g}/s"
+        if len(rates) == 1
+        else f"{len(rates)} steps, {rates[0]:g}-{rates[-1]:g}/s"
     )
-    return ServerPrefill(prompt_ms[keep], processed[keep], delay_ms, note)
+    if count < MIN_SERVER_TIMINGS:
+        return None, [
+            f"the server's own prompt times: only {count} requests ({where}), fewer than "
+            f"{MIN_SERVER_TIMINGS}: not used, prefill from the client's TTFT{tail}"
+        ]
+    gaps = np.concatenate(gap_ms)
+    delay_ms = max(float(np.median(gaps)), 0.0)
+    note = (
+        f"prefill and delay from the server's own prompt times ({count} requests at "
+        f"{where}): client TTFT - server prompt time p50 {delay_ms:.2f} ms{tail}"
+    )
+    pooled = ServerPrefill(
+        np.concatenate(prompt_ms), np.concatenate(processed), np.concatenate(decoding),
+        delay_ms, note,
+    )  # fmt: skip
+    return pooled, []
 
 
 def _prefill(low: Step) -> tuple[float, float, list[str]]:
@@ -269,7 +320,8 @@ def fit_llm(
     low = steps[0]
     kv_ms, more = fit_context(steps)  # the step law holds at any load: every step counts
     notes += more
-    told = _server_prefill(low)
+    told, more = _server_prefill(steps)
+    notes += more
     points = _decode_points(calm_steps(steps), kv_ms)
     first_tpot = points[0][2] if points else 1.0
     if told is not None:
@@ -280,7 +332,7 @@ def fit_llm(
         intercept_ms, b_ms = 0.0, told.per_token_ms(0.0)
         for _ in range(2):
             a_ms, c_ms = _decode(points, b_ms, first_tpot, mixed, slots)
-            b_ms = told.per_token_ms(a_ms)
+            b_ms = told.per_token_ms(a_ms, c_ms if mixed else 0.0)
     else:
         intercept_ms, b_ms, more = _prefill(low)
         notes += more
@@ -303,12 +355,13 @@ def fit_llm(
     if not refit_slots:
         start.pop("max_num_seqs")
     chosen = slots
-    # b from the client's TTFT line at the lowest load is measured, not guessed: there a
-    # prompt is alone in its step and nothing queues. The search holds it, as it holds k,
-    # and moves what the closed forms only approximate (left free, it traded b for the
-    # noise in one run's TTFT p99). b from a server's own prompt times is only a start:
-    # llama.cpp's prompt time covers the whole mixed step, decodes riding in it included.
-    held = {"prefill_ms_per_token": start.pop("prefill_ms_per_token")} if told is None else {}
+    # b is measured, not guessed: from the client's TTFT line at the lowest load (there a
+    # prompt is alone in its step and nothing queues), or from the server's own prompt
+    # times, less the step's base and the decodes riding in its batch. The search holds
+    # it, as it holds k, and moves what the closed forms only approximate (left free, it
+    # traded b for the noise in one run's TTFT p99, or, with one prompt length, for the
+    # base: a model that then mispredicted every longer prompt).
+    held = {"prefill_ms_per_token": start.pop("prefill_ms_per_token")}
 
     def build(p: dict[str, float]) -> dict[str, Any]:
         return llm_model(
@@ -320,14 +373,16 @@ def fit_llm(
     best, _ = refine(build, start, steps, integers=integers, on_step=on_step)
     # The search scores small samples (fixed seeds, so it is deterministic, but a p99
     # of 1,500 simulated requests is noisy); the closed forms are kept when the full
-    # comparison says they fit better.
+    # comparison says they fit better, on the search's own objective (the calm steps'
+    # percentiles and the throughput where the server's peaked), never on a part of it.
     if best != start:
-        refined, closed = (goodness(build(p), steps).rms_log_error for p in (best, start))
-        if closed < refined:
+        refined, closed = (goodness(build(p), steps) for p in (best, start))
+        if closed.objective < refined.objective:
             best = dict(start)
             notes.append(
-                f"the closed forms fit better than the search's refinement (rms {closed:.3f} "
-                f"vs {refined:.3f}): kept"
+                f"the closed forms fit better than the search's refinement (objective "
+                f"{closed.objective:.3f} vs {refined.objective:.3f}, calm percentiles and "
+                "peak throughput): kept"
             )
     order = ("base_ms", "prefill_ms_per_token", "decode_ms_per_seq", "delay_ms", "max_num_seqs")
     best = {k: v for k in order if (v := {**held, **best}.get(k)) is not None}

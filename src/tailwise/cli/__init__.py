@@ -4,7 +4,8 @@ One module per command group (measure, simulate, plan, calibrate, reports, proxy
 demo), shared options in options.py, the group itself in app.py.
 
 Exit codes: 0 pass, 1 an SLO failed, 2 bad input, 3 invalid run, 4 internal error,
-5 inconclusive, 6 target unreachable, 7 the target refused the preflight request.
+5 inconclusive, 6 target unreachable, 7 the target refused the preflight request,
+8 an answer from an untrusted model (a POOR calibrated fit, or beyond its measured range).
 """
 
 from __future__ import annotations

@@ -279,12 +279,12 @@ def json_flag(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")(f)
 
 
-def emit_plan(result: Any, as_json: bool) -> None:
-    """Print a plan's result as a table, or as JSON with --json; exit 0."""
+def emit_plan(result: Any, as_json: bool, code: int = 0) -> None:
+    """Print a plan's result as a table, or as JSON with --json; exit ``code`` (0)."""
     from tailwise.report.plan import print_plan
 
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
         print_plan(result)
-    sys.exit(0)
+    sys.exit(code)

@@ -310,6 +310,12 @@ def _joules(given: str | None, field: str, key: str) -> float | None:
 @click.option(
     "--replications", default=10, show_default=True, type=int, help="Runs per replica count."
 )
+@click.option(
+    "--accept-poor-fit",
+    is_flag=True,
+    help="Answer from a model whose calibration is POOR (refused otherwise); every answer "
+    "is marked extrapolated and the exit code is 8.",
+)
 @json_flag
 def plan_capacity(
     model_path: str,
@@ -321,10 +327,15 @@ def plan_capacity(
     hedge: str | None,
     sets: tuple[str, ...],
     replications: int,
+    accept_poor_fit: bool,
     as_json: bool,
 ) -> None:
     """Replicas needed for --rate under the SLOs, the knee per replica and of the fleet,
-    and p50/p99 at the target with 95% CIs from simulated replications."""
+    and p50/p99 at the target with 95% CIs from simulated replications.
+
+    Exit 8 when the answer comes from a calibrated model that does not fit (accepted with
+    --accept-poor-fit) or lies beyond what was measured (a rate per replica above the
+    highest throughput, prompt or answer lengths the runs never sent)."""
 
     from tailwise.limits import MAX_PLANNED_REQUESTS, MAX_REPLICAS, MAX_RUNS, within
     from tailwise.sim.scenario import load_scenario
@@ -339,7 +350,10 @@ def plan_capacity(
     if replications < 2:
         raise BadInput("--replications", replications, "at least 2 (a CI needs two runs)")
     within("--replications", replications, MAX_RUNS, "simulations per replica count")
+    from tailwise.sim.trust import UNTRUSTED_EXIT, require
+
     sc = with_slos(load_scenario(model_path), list(slo))
+    require(sc, accept_poor_fit, "--model", model_path)  # before any simulation
     window = sc.arrival.window()
     if window is not None:  # each check at the target simulates the model's whole window
         planned = rate_rps * parse_duration_ns(window, "scenario.arrival.duration") / 1e9
@@ -349,5 +363,5 @@ def plan_capacity(
     from tailwise.cli.progress import phases
 
     with phases("plan capacity", "planning ...") as tell:
-        result = capacity(sc, rate_rps, what, replications, tell)
-    emit_plan(result, as_json)
+        result = capacity(sc, rate_rps, what, replications, tell, accept_poor_fit)
+    emit_plan(result, as_json, UNTRUSTED_EXIT if "extrapolated" in result.outputs else 0)

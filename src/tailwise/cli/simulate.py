@@ -57,6 +57,11 @@ def _study_progress(quiet: bool) -> Iterator[Any]:
     "--json", "as_json", is_flag=True, help="Print summary.json (or the study) to stdout."
 )
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+@click.option(
+    "--accept-poor-fit",
+    is_flag=True,
+    help="Run a calibrated model whose fit is POOR (refused otherwise); exit code 8.",
+)
 def simulate(
     scenario: Path,
     out: str | None,
@@ -65,11 +70,14 @@ def simulate(
     vary: str | None,
     as_json: bool,
     quiet: bool,
+    accept_poor_fit: bool,
 ) -> None:
     """Simulate a serving system from a YAML/TOML scenario; same summary as a measured run.
 
     --replications and --vary (together: N runs per value) write replications.json or
-    vary.json instead of one run's records; the exit code covers every run.
+    vary.json instead of one run's records; the exit code covers every run. A calibrated
+    model whose fit is POOR is refused without --accept-poor-fit; a run from it, or beyond
+    what its runs measured, exits 8 (docs/calibrate.md).
     """
     import datetime as dt
     import re
@@ -88,6 +96,7 @@ def simulate(
     given = replications if varied is None else f"{runs} runs"
     within("--replications", runs, MAX_RUNS, "simulations in one study", given)
     sc = load_scenario(scenario)
+    untrusted = _untrusted(sc, varied, accept_poor_fit, str(scenario))
     if out:
         directory = Path(out)
     else:
@@ -121,7 +130,7 @@ def simulate(
             click.echo(json.dumps(doc, indent=2))
         if not quiet:
             study_text.print_study(doc, lines, stderr=as_json)
-        sys.exit(study.exit_code(doc))
+        sys.exit(_exit(study.exit_code(doc), untrusted))
     result = run_scenario(sc)
     write_run(directory, result, sc)
     from tailwise.cli.options import invoked_argv
@@ -151,7 +160,35 @@ def simulate(
         legs = sim.get("legs")
         if legs is not None and (legs["sent"] > sim["requests"] or legs["needed_per_request"] > 1):
             click.echo(_redundancy_line(legs), err=as_json)
-    sys.exit(exit_code(result.summary))
+    sys.exit(_exit(exit_code(result.summary), untrusted))
+
+
+def _untrusted(
+    sc: Any, varied: tuple[str, list[str]] | None, accept_poor_fit: bool, given: str
+) -> list[str]:
+    """Why a calibrated model's run would be extrapolated (refusing a POOR fit unless
+    accepted): the fit, a rate per replica beyond the measured range, a workload outside
+    the calibrated lengths; for --vary, over every value."""
+    from tailwise.sim.study import with_value
+    from tailwise.sim.trust import require, scenario_rate_rps
+
+    trust = require(sc, accept_poor_fit, "SCENARIO", given)
+    if trust is None:
+        return []
+    variants = [sc] if varied is None else [with_value(sc, varied[0], v) for v in varied[1]]
+    found: dict[str, None] = {}
+    for v in variants:
+        found |= dict.fromkeys(trust.concerns(v, scenario_rate_rps(v)))
+    return list(found)
+
+
+def _exit(code: int, untrusted: list[str]) -> int:
+    """The verdict's exit code, or 8 when the answer came from an untrusted model."""
+    from tailwise.sim.trust import UNTRUSTED_EXIT
+
+    for line in untrusted:
+        click.echo(f"extrapolated  {line}", err=True)
+    return UNTRUSTED_EXIT if untrusted else code
 
 
 def _redundancy_line(legs: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ from tailwise.units import parse_duration_ns
 TOKENS_FORM = "a token count such as 128, const:128 or uniform:64-256"
 
 
-def _token_range(value: int | str, field: str) -> tuple[int, int]:
+def token_range(value: int | str, field: str) -> tuple[int, int]:
     """``128`` or ``"const:128"`` -> (128, 128); ``"uniform:64-256"`` -> (64, 256)."""
     if isinstance(value, int) and not isinstance(value, bool):
         lo = hi = value
@@ -111,7 +111,7 @@ class LlmModel(BaseModel):
     @field_validator("prompt_tokens", "output_tokens")
     @classmethod
     def _tokens(cls, v: int | str, info: ValidationInfo) -> int | str:
-        _token_range(v, f"scenario.llm.{info.field_name}")
+        token_range(v, f"scenario.llm.{info.field_name}")
         return v
 
 
@@ -187,7 +187,7 @@ def _check_prefix(model: LlmModel) -> None:
         raise BadInput("scenario.llm.prefix_caching", True, "paged KV (kv_allocation: paged)")
     if model.prefix_caching and model.kv_preemption == "swap":
         raise BadInput("scenario.llm.prefix_caching", True, "kv_preemption: recompute")
-    shortest = _token_range(model.prompt_tokens, "scenario.llm.prompt_tokens")[0]
+    shortest = token_range(model.prompt_tokens, "scenario.llm.prompt_tokens")[0]
     if model.prefix_tokens >= shortest:
         raise BadInput(
             "scenario.llm.prefix_tokens",
@@ -212,7 +212,7 @@ def token_counts(
     """``n`` prompt lengths, then ``n`` output lengths (int64), drawn in that order."""
 
     def draw(value: int | str, name: str) -> np.ndarray:
-        lo, hi = _token_range(value, f"scenario.llm.{name}")
+        lo, hi = token_range(value, f"scenario.llm.{name}")
         if lo == hi:
             return np.full(n, lo, dtype=np.int64)
         return rng.integers(lo, hi + 1, size=n, dtype=np.int64)

@@ -42,6 +42,7 @@ from tailwise.plan.schema import Plan
 from tailwise.sim.run import sim_trial
 from tailwise.sim.scenario import Scenario, parse_scenario, system_spec
 from tailwise.sim.study import replications, with_value
+from tailwise.sim.trust import Trust, require
 
 KNEE_REQUESTS = 2000  # requests in every knee trial, one replica or a fleet
 KNEE_RESOLUTION = 0.02
@@ -194,8 +195,12 @@ def capacity(
     what: WhatIf,
     reps: int = 10,
     progress: Progress | None = None,
+    accept_poor_fit: bool = False,
 ) -> Plan:
+    """The plan; a calibrated model's answers beyond its fit or range are flagged
+    (``outputs["extrapolated"]``, and per row), a POOR one refused unless accepted."""
     tell = progress or (lambda _: None)
+    trust = require(sc, accept_poor_fit, "--model", sc.name)
     sc = apply(sc, what)
     kind = "llm" if sc.llm is not None else "http"
     start = _start_rate(sc, rate_rps)
@@ -244,7 +249,41 @@ def capacity(
         "what-if": ", ".join(f"{k}={v}" for k, v, _ in what.edits()) or None,
     }
     title = f"replicas for {rate_rps:g}/s"
+    if trust is not None:
+        notes += _flag(trust, sc, rate_rps, outputs, checks)
     return Plan("capacity", title, inputs, outputs, _assumptions(sc), warnings=notes)
+
+
+def _flag(
+    trust: Trust, sc: Scenario, rate_rps: float, outputs: dict[str, Any], checks: list[Check]
+) -> tuple[str, ...]:
+    """Mark what a calibrated model answers beyond its fit or its measured range: each
+    row (``extrapolated``: fit, rate, workload), and the plan (``outputs["extrapolated"]``,
+    whose presence makes the command exit 8) when the answer rests on any of it: the
+    fit, the workload, the knee per replica, the chosen count's row or the fleet's knee."""
+    workload = trust.workload_beyond(sc)
+    for check, row in zip(checks, outputs["at target"], strict=True):
+        tags = ["fit"] if trust.poor else []
+        tags += ["rate"] if trust.rate_beyond(rate_rps / check.replicas) else []
+        tags += ["workload"] if workload else []
+        row["extrapolated"] = ", ".join(tags) or None
+    n = outputs["replicas"]
+    reasons = trust.concerns(sc, rate_rps / n)
+    rate = bool(trust.rate_beyond(rate_rps / n))
+    for label, value in (
+        ("knee per replica", outputs["knee_per_replica_rps"]),
+        ("fleet knee per replica", outputs["fleet_knee_per_replica_rps"]),
+    ):
+        beyond = trust.rate_beyond(value)
+        if beyond:
+            rate = True
+            reasons.append(f"{label} {value:.4g}/s is {beyond}")
+    found = (("fit", trust.poor), ("rate", rate), ("workload", bool(workload)))
+    tags = [t for t, on in found if on]
+    if tags:
+        outputs["extrapolated"] = ", ".join(tags)
+    advice = [f"to fit well: {a}" for a in trust.advice] if trust.poor else []
+    return tuple(f"extrapolated: {r}" for r in reasons) + tuple(advice)
 
 
 def _fleet_knee(
