@@ -161,8 +161,13 @@ def _next_steps(console: Console, sweep_dir: Path) -> None:
         "      --model MODEL --rates 1,2,4,8,16 --duration 30s --slo 'ttft<=500ms'\n"
         "  tailwise serve-demo --kind llm      # this demo's server, to experiment with"
     )
-    console.print("\nOr fit a model to this sweep and ask it how many servers 100/s needs:\n")
+    console.print(
+        "\nOr fit a model to this sweep and ask it how many servers 100/s needs. The demo"
+        "\nsweeps one prompt length, so calibrate cannot tell prefill from the rest and"
+        "\ngrades its fit POOR, saying what a good fit needs; plan capacity then answers"
+        "\nonly when told to, every row marked extrapolated (exit 8):\n"
+    )
     console.print(
         f"  tailwise calibrate {sweep_dir} -o model.yaml\n"
-        "  tailwise plan capacity --model model.yaml --rate 100/s"
+        "  tailwise plan capacity --model model.yaml --rate 100/s --accept-poor-fit"
     )
