@@ -8,13 +8,9 @@ energy per token, and show the hostile name as text.
 
 from __future__ import annotations
 
-import html
 import json
-import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,7 +18,7 @@ from tailwise.cli import main
 from tailwise.server import spawn_demo
 from tests.clirun import run_cli
 from tests.loadgen.dcgm_exporter import Exporter
-from tests.report.test_html_reports import HOSTILE, chromium
+from tests.report.test_html_reports import HOSTILE, chromium, query_dom
 
 PROBE = """
 <script>
@@ -55,23 +51,6 @@ def llm() -> Iterator[str]:
     proc.wait(timeout=10)
 
 
-def _dom(page: Path) -> dict[str, Any]:
-    probed = page.with_name("probed.html")
-    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"))
-    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=8000"]
-    out = subprocess.run(
-        [*cmd, "--dump-dom", probed.resolve().as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=True,
-    ).stdout
-    m = re.search(r'<pre id="dom-probe">(.*?)</pre>', out, re.S)
-    assert m, "the probe did not run"
-    doc: dict[str, Any] = json.loads(html.unescape(m.group(1)))
-    return doc
-
-
 def test_gpu_utilization_and_power_beside_ttft_in_chromium(
     llm: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -92,7 +71,7 @@ def test_gpu_utilization_and_power_beside_ttft_in_chromium(
     assert code in (0, 5), err
     summary = json.loads(stdout)
     main(["report", "-q", str(out)])
-    found = _dom(out / "report.html")
+    found = query_dom(out / "report.html", PROBE)
     chart = next(c for c in found["charts"] if c["id"] == "chart-gpu_metrics")
     assert chart["drawn"]
     assert chart["caption"] == (

@@ -64,10 +64,11 @@ def chromium() -> str:
     return exe
 
 
-def query_dom(page: Path) -> dict[str, Any]:
-    """Open a copy of ``page`` with the probe script in Chromium; what the probe found."""
+def query_dom(page: Path, probe: str = PROBE) -> dict[str, Any]:
+    """Open a copy of ``page`` with the ``probe`` script in Chromium; what the probe found
+    (the probe writes its JSON into ``<pre id="dom-probe">``)."""
     probed = page.with_name(page.stem + "-probed.html")
-    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"))
+    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", probe + "</body>"))
     cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=8000"]
     out = subprocess.run(
         [*cmd, "--dump-dom", probed.resolve().as_uri()],

@@ -7,20 +7,18 @@ test_html_reports.py), so what is checked is the DOM Chromium built.
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tailwise.cli import main
 from tests.clirun import run_cli
-from tests.report.test_html_reports import chromium
+from tests.report.test_html_reports import query_dom
 
 PROBE = """
 <script>
@@ -54,23 +52,6 @@ window.addEventListener('load', function () {
 """
 
 
-def _dom(page: Path) -> dict[str, Any]:
-    probed = page.with_name("report-probed.html")
-    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"))
-    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=8000"]
-    out = subprocess.run(
-        [*cmd, "--dump-dom", probed.resolve().as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=True,
-    ).stdout
-    m = re.search(r'<pre id="dom-probe">(.*?)</pre>', out, re.S)
-    assert m, "the probe did not run"
-    found: dict[str, Any] = json.loads(html.unescape(m.group(1)))
-    return found
-
-
 def test_a_knee_directory_gets_its_report(
     demo_target: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -89,7 +70,7 @@ def test_a_knee_directory_gets_its_report(
     out = capsys.readouterr().out
     assert f"wrote     {tmp_path}/report.html" in out and "knee " in out
     doc = json.loads((tmp_path / "knee.json").read_text())
-    found = _dom(tmp_path / "report.html")
+    found = query_dom(tmp_path / "report.html", PROBE)
 
     meta = found["meta"]
     assert meta["command"].startswith("tailwise knee http://127.0.0.1:")

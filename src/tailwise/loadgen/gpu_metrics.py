@@ -36,7 +36,7 @@ import numpy as np
 
 from tailwise.clock import now_ns
 from tailwise.errors import BadInput, MissingExtra
-from tailwise.loadgen.server_metrics import MAX_TIMEOUT_S, ScrapeError, fetch
+from tailwise.loadgen.server_metrics import MAX_TIMEOUT_S, ScrapeError, every, fetch
 from tailwise.metrics import derive
 from tailwise.metrics.energy import summarize_gpu
 from tailwise.metrics.gpu import MAX_GPUS, gpu_entry, read_dcgm
@@ -238,12 +238,7 @@ class GpuSampler:
         self._thread.start()
 
     def _loop(self) -> None:
-        due = now_ns() + self.plan.interval_ns
-        while not self._stop.wait(max(0.0, (due - now_ns()) / 1e9)):
-            self._keep(self.sample_once())
-            due += self.plan.interval_ns
-            if due < now_ns():  # a slow sample: skip the missed ticks, do not burst
-                due = now_ns() + self.plan.interval_ns
+        every(self._stop, self.plan.interval_ns, lambda: self._keep(self.sample_once()))
 
     def _keep(self, row: dict[str, Any]) -> None:
         size = len(row.get("gpus", ())) or 1

@@ -51,6 +51,19 @@ MAX_ROWS = 100_000  # kept in memory: 27 hours at one scrape a second
 TIMELINE_POINTS = 240
 
 
+def every(stop: threading.Event, interval_ns: int, work: Callable[[], None]) -> None:
+    """Call ``work`` every ``interval_ns`` until ``stop`` is set (a sampler thread's loop).
+
+    A call that overruns its period skips the missed ticks rather than bursting to catch
+    up: a slow scrape must not turn into several back to back."""
+    due = now_ns() + interval_ns
+    while not stop.wait(max(0.0, (due - now_ns()) / 1e9)):
+        work()
+        due += interval_ns
+        if due < now_ns():
+            due = now_ns() + interval_ns
+
+
 @dataclass(frozen=True)
 class ScrapePlan:
     url: str
@@ -273,12 +286,7 @@ class Scraper:
         return True
 
     def _loop(self) -> None:
-        due = now_ns() + self.plan.interval_ns
-        while not self._stop.wait(max(0.0, (due - now_ns()) / 1e9)):
-            self._keep(self.scrape_once())
-            due += self.plan.interval_ns
-            if due < now_ns():  # a slow scrape: skip the missed ticks, do not burst
-                due = now_ns() + self.plan.interval_ns
+        every(self._stop, self.plan.interval_ns, lambda: self._keep(self.scrape_once()))
 
     def _keep(self, row: dict[str, Any]) -> None:
         if len(self.rows) >= MAX_ROWS:
