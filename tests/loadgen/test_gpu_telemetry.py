@@ -369,3 +369,36 @@ def test_an_exporter_that_serves_a_cached_scrape_is_called_out(
     from tailwise.metrics.gpu import text_lines
 
     assert any("note:" in line and "collect-interval" in line for line in text_lines(g))
+
+
+def test_an_exporter_url_with_credentials_is_masked_in_every_file(tmp_path: Path) -> None:
+    """A DCGM exporter URL with a password and a token in its query (this test exporter
+    answers neither form, so its scrapes fail and are counted): neither value is written
+    anywhere in the run directory; the summary shows the URL as outputs do (no user or
+    password, query values masked)."""
+    from tailwise.server import spawn
+
+    proc, url = spawn("tailwise.server.loopback", "--lifetime", "60s", "--service", "2ms")
+    password, token = "gpu-exporter-pass-4242", "tok-secret-98765"
+    try:
+        with Exporter(WATTS) as exporter:
+            secret_url = exporter.url.replace("http://", f"http://scraper:{password}@")
+            res = tailwise.run(
+                url + "/x",
+                rate="50/s",
+                duration="1s",
+                warmup="0s",
+                gpu_metrics=f"dcgm={secret_url}?token={token}",
+                gpu_metrics_interval="200ms",
+                out=str(tmp_path / "run"),
+            )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    g = res.summary["gpu"]
+    assert g["samples"] == g["samples_failed"] > 0
+    assert g["url"] == exporter.url + "?token=***"
+    for f in (tmp_path / "run").rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            assert password.encode() not in data and token.encode() not in data, f.name

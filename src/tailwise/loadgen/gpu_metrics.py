@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tailwise import credentials
 from tailwise.clock import now_ns
 from tailwise.errors import BadInput, MissingExtra
 from tailwise.loadgen.server_metrics import MAX_TIMEOUT_S, ScrapeError, every, fetch
@@ -75,6 +76,7 @@ def plan_gpu(given: str | None, interval: str, insecure: bool = False) -> GpuPla
         url = text[5:].strip()
         parts = urllib.parse.urlsplit(url)
         if parts.scheme in ("http", "https") and parts.hostname and len(url) <= 2048:
+            credentials.remember_url(url)  # its user, password, token: scrubbed from outputs
             return GpuPlan("dcgm", url, interval_ns, insecure)
     raise BadInput("--gpu-metrics", given, FORM)
 
@@ -281,7 +283,7 @@ class GpuSampler:
             "interval_s": self.plan.interval_ns / 1e9,
         }
         if self.plan.url:
-            doc["url"] = self.plan.url
+            doc["url"] = credentials.masked_url(self.plan.url)  # as server metrics show theirs
         doc.update(summarize_gpu(rows, window_ns, records, slos, llm, confidence))
         if self.dropped:
             doc["samples_not_kept"] = self.dropped

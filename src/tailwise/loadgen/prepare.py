@@ -554,6 +554,8 @@ def run_json(p: Prepared, started_unix: float) -> dict[str, Any]:
     opts["urls"] = [t.url for t in p.targets]
     if opts.get("server_metrics") and str(opts["server_metrics"]).lower() != "off":
         opts["server_metrics"] = credentials.masked_url(str(opts["server_metrics"]))
+    if str(opts.get("gpu_metrics") or "").startswith("dcgm="):
+        opts["gpu_metrics"] = "dcgm=" + credentials.masked_url(str(opts["gpu_metrics"])[5:])
     return {
         "started_utc": dt.datetime.fromtimestamp(started_unix, dt.UTC).isoformat(),
         "options": opts,
