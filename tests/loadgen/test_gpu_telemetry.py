@@ -323,25 +323,31 @@ def test_nvml_init_failure_is_bad_input_naming_the_option(monkeypatch: pytest.Mo
     assert "NVIDIA GPU and driver" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_plain_http_run_gets_energy_per_request(tmp_path: Path) -> None:
+def _plain_run(tmp_path: Path, gpu_url: str, **run: Any) -> Any:
+    """A 50/s run against a 2 ms loopback HTTP server, sampling ``gpu_url`` every 200 ms."""
     from tailwise.server import spawn
 
     proc, url = spawn("tailwise.server.loopback", "--lifetime", "60s", "--service", "2ms")
     try:
-        with Exporter(WATTS) as exporter:
-            res = tailwise.run(
-                url + "/x",
-                rate="50/s",
-                duration="2s",
-                warmup="0.5s",
-                slo=["latency<=1ms"],  # a 2 ms service: no request is good
-                gpu_metrics=f"dcgm={exporter.url}",
-                gpu_metrics_interval="200ms",
-                out=str(tmp_path / "run"),
-            )
+        return tailwise.run(
+            url + "/x",
+            rate="50/s",
+            gpu_metrics=f"dcgm={gpu_url}",
+            gpu_metrics_interval="200ms",
+            out=str(tmp_path / "run"),
+            **run,
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_plain_http_run_gets_energy_per_request(tmp_path: Path) -> None:
+    with Exporter(WATTS) as exporter:
+        # a 2 ms service: no request is good
+        res = _plain_run(
+            tmp_path, exporter, exporter.url, duration="2s", warmup="0.5s", slo=["latency<=1ms"]
+        )
     g = res.summary["gpu"]
     assert "per_output_token_j" not in g
     start_s, span_s = res.summary["window"]["start_s"], g["energy_j"]["window_s"]
@@ -376,25 +382,12 @@ def test_an_exporter_url_with_credentials_is_masked_in_every_file(tmp_path: Path
     answers neither form, so its scrapes fail and are counted): neither value is written
     anywhere in the run directory; the summary shows the URL as outputs do (no user or
     password, query values masked)."""
-    from tailwise.server import spawn
-
-    proc, url = spawn("tailwise.server.loopback", "--lifetime", "60s", "--service", "2ms")
     password, token = "gpu-exporter-pass-4242", "tok-secret-98765"
-    try:
-        with Exporter(WATTS) as exporter:
-            secret_url = exporter.url.replace("http://", f"http://scraper:{password}@")
-            res = tailwise.run(
-                url + "/x",
-                rate="50/s",
-                duration="1s",
-                warmup="0s",
-                gpu_metrics=f"dcgm={secret_url}?token={token}",
-                gpu_metrics_interval="200ms",
-                out=str(tmp_path / "run"),
-            )
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with Exporter(WATTS) as exporter:
+        secret_url = exporter.url.replace("http://", f"http://scraper:{password}@")
+        res = _plain_run(
+            tmp_path, exporter, f"{secret_url}?token={token}", duration="1s", warmup="0s"
+        )
     g = res.summary["gpu"]
     assert g["samples"] == g["samples_failed"] > 0
     assert g["url"] == exporter.url + "?token=***"

@@ -37,7 +37,13 @@ import numpy as np
 from tailwise import credentials
 from tailwise.clock import now_ns
 from tailwise.errors import BadInput, MissingExtra
-from tailwise.loadgen.server_metrics import MAX_TIMEOUT_S, ScrapeError, every, fetch
+from tailwise.loadgen.server_metrics import (
+    MAX_TIMEOUT_S,
+    ScrapeError,
+    every,
+    fetch,
+    rewrite_samples,
+)
 from tailwise.metrics import derive
 from tailwise.metrics.energy import summarize_gpu
 from tailwise.metrics.gpu import MAX_GPUS, gpu_entry, read_dcgm
@@ -295,13 +301,7 @@ class GpuSampler:
         return doc
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
-        lines = []
-        for r in rows:
-            out = {"t_s": round(r["t_ns"] / 1e9, 6)}
-            out.update({k: v for k, v in r.items() if k not in ("t_ns", "t_mono_ns")})
-            lines.append(json.dumps(out, separators=(",", ":")))
-        with contextlib.suppress(OSError):
-            self.path.write_text("\n".join(lines) + ("\n" if lines else ""))
+        rewrite_samples(self.path, rows, ("t_ns", "t_mono_ns"))
 
 
 def timeline(rows: list[dict[str, Any]], records: Records, llm: bool) -> dict[str, list[Any]]:

@@ -51,6 +51,19 @@ MAX_ROWS = 100_000  # kept in memory: 27 hours at one scrape a second
 TIMELINE_POINTS = 240
 
 
+def rewrite_samples(path: Path, rows: list[dict[str, Any]], internal: tuple[str, ...]) -> None:
+    """A sampler's file written again at the run's end: each row with ``t_s`` (run time,
+    from ``t_ns``) first and its ``internal`` keys left out, scrubbed of known secrets.
+    A write that fails leaves the appended file as it was (the summary still has them)."""
+    lines = []
+    for r in rows:
+        out = {"t_s": round(r["t_ns"] / 1e9, 6)}
+        out.update({k: v for k, v in r.items() if k not in internal})
+        lines.append(json.dumps(out, separators=(",", ":")))
+    with contextlib.suppress(OSError):
+        path.write_text(credentials.scrub("\n".join(lines) + ("\n" if lines else "")))
+
+
 def every(stop: threading.Event, interval_ns: int, work: Callable[[], None]) -> None:
     """Call ``work`` every ``interval_ns`` until ``stop`` is set (a sampler thread's loop).
 
@@ -331,13 +344,7 @@ class Scraper:
         return doc
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
-        lines = []
-        for r in rows:
-            out = {"t_s": round(r["t_ns"] / 1e9, 6)}
-            out.update({k: v for k, v in r.items() if k not in ("t_ns", "t_end_ns")})
-            lines.append(json.dumps(out, separators=(",", ":")))
-        with contextlib.suppress(OSError):  # the summary still has them
-            self.path.write_text(credentials.scrub("\n".join(lines) + ("\n" if lines else "")))
+        rewrite_samples(self.path, rows, ("t_ns", "t_end_ns"))
 
 
 def client_ttft_ms(records: Records, window_ns: tuple[int, int]) -> dict[str, Any] | None:
