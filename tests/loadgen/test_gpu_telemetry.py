@@ -345,9 +345,7 @@ def _plain_run(tmp_path: Path, gpu_url: str, **run: Any) -> Any:
 def test_a_plain_http_run_gets_energy_per_request(tmp_path: Path) -> None:
     with Exporter(WATTS) as exporter:
         # a 2 ms service: no request is good
-        res = _plain_run(
-            tmp_path, exporter, exporter.url, duration="2s", warmup="0.5s", slo=["latency<=1ms"]
-        )
+        res = _plain_run(tmp_path, exporter.url, duration="2s", warmup="0.5s", slo=["latency<=1ms"])
     g = res.summary["gpu"]
     assert "per_output_token_j" not in g
     start_s, span_s = res.summary["window"]["start_s"], g["energy_j"]["window_s"]
@@ -385,9 +383,7 @@ def test_an_exporter_url_with_credentials_is_masked_in_every_file(tmp_path: Path
     password, token = "gpu-exporter-pass-4242", "tok-secret-98765"
     with Exporter(WATTS) as exporter:
         secret_url = exporter.url.replace("http://", f"http://scraper:{password}@")
-        res = _plain_run(
-            tmp_path, exporter, f"{secret_url}?token={token}", duration="1s", warmup="0s"
-        )
+        res = _plain_run(tmp_path, f"{secret_url}?token={token}", duration="1s", warmup="0s")
     g = res.summary["gpu"]
     assert g["samples"] == g["samples_failed"] > 0
     assert g["url"] == exporter.url + "?token=***"
