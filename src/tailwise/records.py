@@ -305,6 +305,29 @@ class Records:
             reasoning_tokens=cat("reasoning_tokens"),
         )
 
+    @classmethod
+    def from_block_rows(cls, block: RecordBlock, loc: np.ndarray) -> Records:
+        """The rows ``loc`` (block-local indices) of one block, for a derived value of a
+        few rows while the run goes on (the live line); worker 0, all in the window."""
+        idx = np.asarray(loc, dtype=np.int64)
+        n = len(idx)
+
+        def col(name: str) -> I64:
+            return np.frombuffer(getattr(block, name), dtype=np.int64)[idx]
+
+        return cls(
+            seq=block.base + idx,
+            worker=np.zeros(n, dtype=np.int64),
+            error=np.frombuffer(block.error, dtype=np.int16)[idx],
+            in_window=np.ones(n, dtype=bool),
+            chunk_times=[block.chunk_times.get(j) for j in idx.tolist()],
+            capped=np.frombuffer(block.capped, dtype=np.int8)[idx],
+            **{name: col(name) for name in _INT64_BLOCK_COLUMNS},
+        )
+
+
+_INT64_BLOCK_COLUMNS = tuple(n for n, code, _ in _BLOCK_COLUMNS if code == "q")
+
 
 # ---- JSON Lines ---------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tailwise.metrics.client import ClientLag, LagSeries, metric_bounds, receive_lag_ns
+from tailwise.metrics.catalog import metric_bounds
+from tailwise.metrics.client import ClientLag, LagSeries, receive_lag_ns
 from tailwise.metrics.verdict import Judged, Verdict, decide, exit_code
 from tests.synthetic import make_records
 

@@ -23,8 +23,9 @@ from tailwise.loadgen import live
 from tailwise.loadgen.attack import Engine
 from tailwise.loadgen.spill import Spill
 from tailwise.loadgen.writer import WIDTH, pack
+from tailwise.metrics.catalog import CATALOG, lookup
 from tailwise.metrics.percentiles import nearest_rank
-from tailwise.records import BLOCK_SHIFT, INT_COLUMNS, RecordBlock
+from tailwise.records import BLOCK_SHIFT, INT_COLUMNS, RecordBlock, Records
 
 SLICE_ROWS = 1024
 # Rows with stream chunk times cost ~2 us each to pack (a Python int per chunk):
@@ -236,23 +237,17 @@ def _hand_over(
         spill.note_written(seqs)
 
 
-LIVE_METRICS = ("service", "ttft", "tpot")  # SLO metrics the live line can show
+# SLO metrics the live line can show (catalog ``live``)
+LIVE_METRICS = tuple(name for m in CATALOG if m.live for name in m.names)
 
 
-def _live_metric(metric: str, blk: RecordBlock, loc: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """One SLO metric (ns) of a block's completed rows ``loc``, for the rows where it exists."""
-    d = np.frombuffer(blk.done_ns, dtype=np.int64)[loc]
-    if metric == "service":
-        x = np.frombuffer(blk.sent_ns, dtype=np.int64)[loc]
-        return np.asarray((d - x)[ok & (x >= 0)])
-    ft = np.frombuffer(blk.first_token_ns, dtype=np.int64)[loc]
-    has = ok & (ft >= 0)
-    if metric == "ttft":
-        s = np.frombuffer(blk.scheduled_ns, dtype=np.int64)[loc]
-        return np.asarray((ft - s)[has])
-    out = np.asarray(blk.output_tokens, dtype=np.int64)[loc]  # tpot (reasoning tokens too)
-    many = has & (out > 1)
-    return np.asarray((d - ft)[many] // (out[many] - 1))
+def _live_metric(metric: str, blk: RecordBlock, loc: np.ndarray) -> np.ndarray:
+    """One SLO metric (ns) of a block's completed rows ``loc``, for the rows where it exists:
+    the catalog's derivation, as the summary computes it."""
+    m = lookup(metric)
+    rows = Records.from_block_rows(blk, loc)
+    values = m.per_request_ns(rows)
+    return np.asarray(values[m.population(rows, values)])
 
 
 class Progress:
@@ -310,7 +305,7 @@ class Progress:
             self._latency_ns.append((d - s)[err == 0])
             self._lag_ns.append((x - s)[x >= 0])
             for metric in self.extra:
-                self._extra_ns[metric].append(_live_metric(metric, blk, loc, err == 0))
+                self._extra_ns[metric].append(_live_metric(metric, blk, loc))
 
     @staticmethod
     def _p99(parts: list[np.ndarray]) -> float | None:

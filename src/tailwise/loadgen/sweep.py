@@ -27,6 +27,7 @@ from tailwise.files import atomic_write_text
 from tailwise.knee import WITHIN_KEYS, Outcome, knee_rps, steps_band
 from tailwise.limits import MAX_CONCURRENCY, within
 from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
+from tailwise.metrics.catalog import CATALOG
 from tailwise.metrics.verdict import point_passed, settled
 from tailwise.units import parse_rate_rps
 from tailwise.version import __version__
@@ -89,7 +90,7 @@ def step_row(step: Step) -> dict[str, Any]:
         "decided": settled(s),
         "verdict_reason": s["verdict_reason"],
     }
-    for dist in ("latency_ms", "ttft_ms", "tpot_ms"):
+    for dist in (m.summary_key for m in CATALOG if m.sweep_step):
         if s.get(dist):
             row[dist] = {q: s[dist][q] for q in ("p50", "p90", "p99")}
     if s.get("tokens"):

@@ -27,13 +27,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tailwise.metrics.catalog import CATALOG, lookup
 from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import auto_start_ns
 from tailwise.metrics.tail import idle_on_arrival, regeneration
 from tailwise.metrics.uncertainty import decide_within, decision_level
 from tailwise.records import ABSENT, BLOCK_ROWS, RecordBlock
 
-WATCHED_METRICS = ("latency", "e2e", "ttft")
+# SLO metrics the watch can judge early: those ending at a column it reads (catalog
+# ``watch_end``), measured from the scheduled time.
+WATCHED_METRICS = tuple(name for m in CATALOG if m.watch_end for name in m.names)
+WATCH_COLUMNS = ("done_ns", "first_token_ns")
+
+
+def _end_column(metric: str, done: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The column whose arrival ends ``metric`` (its catalog ``watch_end``)."""
+    end = lookup(metric).watch_end
+    return first if end == "first_token_ns" else done
 
 
 @dataclass(frozen=True)
@@ -160,7 +170,7 @@ class LossWatch:
         failed = (err != 0) & (done != ABSENT)
         out = []
         for lim in self.limits:
-            end_col = first if lim.metric == "ttft" else done
+            end_col = _end_column(lim.metric, done, first)
             finished = end_col != ABSENT
             slow = finished & (end_col - sched > lim.threshold_ns)
             overdue = ~finished & (done == ABSENT) & (now_ns - sched > lim.threshold_ns)
@@ -299,7 +309,7 @@ class Sequential:
             n = len(sched)
         outcomes = []
         for share in self.shares:
-            end = first if share.metric == "ttft" else done
+            end = _end_column(share.metric, done, first)
             d = _decide(share, sched, end, done, err, now_ns, confidence)
             if d == "inconclusive":
                 return ""

@@ -15,7 +15,9 @@ server's, and subtracting the client's lag gives a lower bound:
 
 An SLO judged the same on both ends of that range stands, whatever the client
 did; one judged differently on the two ends could be the client's doing, and
-only then is a run invalid for the client's sake (:func:`bounds_view`).
+only then is a run invalid for the client's sake
+(:func:`tailwise.metrics.catalog.bounds_view`; each metric's rule is named in its
+catalog entry).
 
 The receive lag of a read at run time ``t`` comes from a :class:`LagSeries`:
 the loop's lateness, sampled by a periodic probe (see
@@ -31,10 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from tailwise.metrics import derive
 from tailwise.records import I64, Records
-
-Values = Callable[[str], I64]
 
 
 @dataclass(frozen=True)
@@ -126,35 +125,36 @@ def _gap_bounds(
     return np.where(valid, lo, -1), np.where(valid, hi, -1)
 
 
-def metric_bounds(r: Records, metric: str, lag: ClientLag | None) -> tuple[I64, I64]:
-    """(lower, upper) bound of the server's value of ``metric`` per request (-1: none)."""
-    measured = derive.METRICS[metric](r)
-    if metric in ("latency", "e2e", "service"):
-        return _point_lower(r, measured, r.done_ns, lag), measured
-    if metric == "ttft":
-        return _point_lower(r, measured, r.first_token_ns, lag), measured
-    if metric == "tpot":
-        return _gap_bounds(r, measured, r.first_token_ns, r.done_ns, r.output_tokens - 1, lag)
-    if metric == "itl":
-        first, last, count = _chunk_ends(r)
-        return _gap_bounds(r, measured, first, last, count - 1, lag)
-    return measured, measured  # send_lag: the client's own number, judged as it is
+# How the client's lag bounds a metric: (records, measured values, lag) -> (lower, upper)
+# bound of the server's value per request, -1 where the metric has none. The metric
+# catalog (tailwise.metrics.catalog) names one rule per metric.
+BoundRule = Callable[[Records, I64, ClientLag | None], tuple[I64, I64]]
 
 
-def bounds_view(r: Records, lag: ClientLag | None) -> tuple[Values, Values]:
-    """Two views of every metric: the server's lower bound and its upper bound.
+def read_at(column: str) -> BoundRule:
+    """A point metric that ends at a read of ``column`` (``done_ns``, ``first_token_ns``):
+    the server's share is at least ``read - receive_lag(read) - sent``, at most as measured."""
 
-    Each is a function ``metric -> per-request values`` (computed once per metric),
-    for :func:`tailwise.metrics.slo.evaluate` to judge the SLOs on.
-    """
-    cache: dict[str, tuple[I64, I64]] = {}
+    def rule(r: Records, measured: I64, lag: ClientLag | None) -> tuple[I64, I64]:
+        return _point_lower(r, measured, getattr(r, column), lag), measured
 
-    def pair(metric: str) -> tuple[I64, I64]:
-        if metric not in cache:
-            cache[metric] = metric_bounds(r, metric, lag)
-        return cache[metric]
+    return rule
 
-    return (lambda m: pair(m)[0]), (lambda m: pair(m)[1])
+
+def token_gap(r: Records, measured: I64, lag: ClientLag | None) -> tuple[I64, I64]:
+    """TPOT: the gap from the first token's read to the last read, over the tokens after it."""
+    return _gap_bounds(r, measured, r.first_token_ns, r.done_ns, r.output_tokens - 1, lag)
+
+
+def chunk_gap(r: Records, measured: I64, lag: ClientLag | None) -> tuple[I64, I64]:
+    """Mean ITL: the gap from the first chunk's read to the last one's, over the gaps."""
+    first, last, count = _chunk_ends(r)
+    return _gap_bounds(r, measured, first, last, count - 1, lag)
+
+
+def as_measured(r: Records, measured: I64, lag: ClientLag | None) -> tuple[I64, I64]:
+    """The client's own number (send lag), judged as it is."""
+    return measured, measured
 
 
 CLIENT_FILE = "client.json"

@@ -2,6 +2,8 @@
 
 All return int64 nanoseconds with ``-1`` where the value does not exist for a
 row (a request never sent has no service time; a failed one has no latency).
+Which of them are metrics (a name in ``--slo``, a distribution in summary.json)
+is said once, in :mod:`tailwise.metrics.catalog`.
 """
 
 from __future__ import annotations
@@ -69,11 +71,13 @@ def tpot_ns(r: Records) -> I64:
 
 
 def itl_gaps_ns(r: Records, rows: np.ndarray) -> I64:
-    """All gaps between consecutive content chunks of the selected ok rows, pooled."""
+    """Every gap between consecutive content chunks of the ok rows among ``rows`` (row
+    indices, in the order the gaps are wanted), pooled; within a request in stream order."""
+    ok = ok_mask(r)
     gaps: list[np.ndarray] = []
-    for i in np.flatnonzero(rows & ok_mask(r)).tolist():
+    for i in np.asarray(rows, dtype=np.int64).tolist():
         times = r.chunk_times[i] if i < len(r.chunk_times) else None
-        if times and len(times) > 1:
+        if ok[i] and times and len(times) > 1:
             gaps.append(np.diff(np.asarray(times, dtype=np.int64)))
     return np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
 
@@ -86,15 +90,3 @@ def mean_itl_ns(r: Records) -> I64:
         if ok[i] and times and len(times) > 1:
             out[i] = (times[-1] - times[0]) // (len(times) - 1)
     return out
-
-
-METRICS = {
-    "latency": latency_ns,
-    "e2e": latency_ns,
-    "service": service_ns,
-    "send_lag": send_lag_ns,
-    "ttft": ttft_ns,
-    "tpot": tpot_ns,
-    "itl": mean_itl_ns,
-}
-LLM_ONLY = frozenset({"ttft", "tpot", "itl"})

@@ -46,8 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from tailwise.metrics import derive
-from tailwise.metrics.derive import METRICS
+from tailwise.metrics import catalog, derive
 from tailwise.metrics.percentiles import QUANTILES
 from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import steady_state
@@ -84,13 +83,6 @@ RISING_NOTE = (
 )
 IMPLICIT_NOTE = "the default SLO (no --slo given) is judged on this sample only"
 MAX_NOTE = "the maximum has no interval: a longer run can only raise it; judged on this sample only"
-_DIST_VALUES = {  # distribution key -> per-row values (ok rows, -1 where absent)
-    "latency_ms": derive.latency_ns,
-    "service_ms": derive.service_ns,
-    "ttft_ms": derive.ttft_ns,
-    "service_ttft_ms": derive.service_ttft_ns,
-    "tpot_ms": derive.tpot_ns,
-}
 
 
 class _Order:
@@ -204,31 +196,20 @@ def _pair(e: Estimate, scale: float = 1.0) -> list[float] | None:
     return [0.0 if abs(x) < 1e-12 else x / scale for x in (e.lo, e.hi)]
 
 
-def _itl_in_order(r: Records, rows: np.ndarray) -> np.ndarray:
-    gaps = []
-    for i in rows.tolist():
-        times = r.chunk_times[i] if i < len(r.chunk_times) else None
-        if times and len(times) > 1:
-            gaps.append(np.diff(np.asarray(times, dtype=np.int64)))
-    return np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
-
-
 def _distributions(
     s: dict[str, Any], r: Records, order: _Order, window: np.ndarray, memo: _Memo
 ) -> None:
+    """Each catalog distribution the summary holds gets its interval (a pooled sample,
+    ITL's gaps, its own quantile memo: it never equals another sample)."""
     derived, quantiles = memo
-    ok_rows = order.rows(window & (r.error == 0))
-    for key, fn in _DIST_VALUES.items():
-        if s.get(key) is not None:
-            v = derived(fn)[ok_rows]
-            s[key].update(distribution_ci(v[v >= 0], quantiles=quantiles))
-    if s.get("send_lag_ms") is not None:
-        lag = derived(derive.send_lag_ns)[order.rows(window & (r.sent_ns >= 0))]
-        s["send_lag_ms"].update(distribution_ci(lag, quantiles=quantiles))
-    if s.get("itl_ms") is not None:
-        s["itl_ms"].update(
-            distribution_ci(_itl_in_order(r, ok_rows), quantiles=_Quantiles(quantiles.confidence))
-        )
+    for m in catalog.CATALOG:
+        if s.get(m.summary_key) is None:
+            continue
+        values = derived(m.per_request_ns)
+        rows = order.rows(window & (r.error == 0) if m.pooled else window)
+        sample = catalog.summary_sample(m, r, values, rows)
+        memo_q = _Quantiles(quantiles.confidence) if m.pooled else quantiles
+        s[m.summary_key].update(distribution_ci(sample, quantiles=memo_q))
 
 
 def _rate_estimates(
@@ -278,7 +259,7 @@ def _slo_estimate(
         key = {"goodput": "goodput_rps", "throughput": "throughput_rps"}.get(slo.stat, slo.stat)
         op = "<=" if slo.stat == "error_rate" else ">="
         return rates[0][key], judge(rates[1][key], slo.threshold, op), ""
-    v = derived(METRICS[slo.metric])[window_rows]
+    v = derived(catalog.lookup(slo.metric).per_request_ns)[window_rows]
     x = v.astype(np.float64)
     x[(v < 0) | (r.error[window_rows] != 0)] = math.inf  # failures: infinitely slow
     regen = regeneration(derived.idle()[window_rows], x)

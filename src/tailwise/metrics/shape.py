@@ -14,9 +14,10 @@ import math
 from typing import Any
 
 from tailwise.errors import BadInput
+from tailwise.metrics.catalog import CATALOG
 
 COUNTS = ("scheduled", "sent", "ok", "failed", "timed_out", "cancelled", "not_sent")
-DISTRIBUTIONS = ("latency_ms", "service_ms", "send_lag_ms", "ttft_ms", "itl_ms", "tpot_ms")
+DISTRIBUTIONS = tuple(m.summary_key for m in CATALOG)
 NUMBER_SECTIONS = ("window", "rates", "littles_law", "tokens")
 SCHEMA = "tailwise.summary/1"
 VERDICTS = frozenset({"pass", "fail", "inconclusive", "invalid"})

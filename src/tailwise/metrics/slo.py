@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from tailwise.errors import BadInput
-from tailwise.metrics.derive import LLM_ONLY, METRICS
+from tailwise.metrics.catalog import lookup, slo_names
 from tailwise.metrics.percentiles import nearest_rank
 from tailwise.records import I64, Records
 from tailwise.units import parse_duration_ns, parse_fraction, parse_rate_rps
@@ -42,13 +42,13 @@ SLO_FORM = (
     "stat(metric)<=duration (e.g. p99(latency)<=200ms, mean(ttft)<=1s), "
     "or error_rate<=1%, attainment>=99%, goodput>=50/s, throughput>=50/s, "
     "or k6's p(99)<500ms, avg<200, rate<0.01; "
-    f"metrics: {', '.join(sorted(METRICS))}"
+    f"metrics: {', '.join(slo_names())}"
 )
-_DEADLINE = re.compile(r"^\s*([a-z_]+)\s*<=\s*([^@]+?)\s*(?:@\s*(.+))?$")
-_OBJECTIVE = re.compile(r"^\s*(p[0-9.]+|mean|max)\s*\(\s*([a-z_]+)\s*\)\s*<=\s*(.+?)\s*$")
+_DEADLINE = re.compile(r"^\s*([a-z][a-z0-9_]*)\s*<=\s*([^@]+?)\s*(?:@\s*(.+))?$")
+_OBJECTIVE = re.compile(r"^\s*(p[0-9.]+|mean|max)\s*\(\s*([a-z][a-z0-9_]*)\s*\)\s*<=\s*(.+?)\s*$")
 _RATE = re.compile(r"^\s*(error_rate|attainment|goodput|throughput)\s*(<=|>=)\s*(.+?)\s*$")
 _K6 = re.compile(
-    r"^\s*(?:([a-z_]+)\s*:\s*)?(p\(\s*([0-9.]+)\s*\)|avg|med|max)\s*(<=|<)\s*([0-9.]+[a-z]*)\s*$"
+    r"^\s*(?:([a-z][a-z0-9_]*)\s*:\s*)?(p\(\s*([0-9.]+)\s*\)|avg|med|max)\s*(<=|<)\s*([0-9.]+[a-z]*)\s*$"
 )
 _K6_RATE = re.compile(r"^\s*rate\s*(<=|<)\s*([0-9.]+%?)\s*$")
 K6_FORM = "a k6 threshold such as p(99)<500ms, p(95)<=1s, avg<200 (ms), ttft:p(99)<1s or rate<0.01"
@@ -76,7 +76,7 @@ class SLO:
 
     @property
     def needs_llm(self) -> bool:
-        return self.metric in LLM_ONLY
+        return self.kind != "rate" and lookup(self.metric).llm_only
 
 
 def parse_k6(spec: str) -> SLO | None:
@@ -146,13 +146,13 @@ def parse_slo(text: str, default_target: float = 0.99) -> SLO:
 
 
 def _check_metric(metric: str, text: str) -> None:
-    if metric not in METRICS:
-        raise BadInput("--slo", text, f"a known metric ({', '.join(sorted(METRICS))})")
+    if metric not in slo_names():
+        raise BadInput("--slo", text, f"a known metric ({', '.join(slo_names())})")
 
 
 def measured(r: Records) -> Values:
     """The metrics as the client measured them."""
-    return lambda metric: METRICS[metric](r)
+    return lambda metric: lookup(metric).per_request_ns(r)
 
 
 def good_mask(r: Records, slos: list[SLO], values: Values | None = None) -> np.ndarray:

@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from tailwise.metrics import derive
-from tailwise.metrics.client import ClientLag, bounds_view, receive_lag_ns
+from tailwise.metrics import catalog, derive
+from tailwise.metrics.catalog import bounds_view
+from tailwise.metrics.client import ClientLag, receive_lag_ns
 from tailwise.metrics.error_samples import ErrorSamples, breakdown
 from tailwise.metrics.intervals import annotate
 from tailwise.metrics.littles import littles_law
@@ -168,15 +169,25 @@ def _judged_value(entry: dict[str, Any]) -> Any:
     return entry["attainment"] if entry["kind"] == "deadline" else entry.get("value")
 
 
+def _distributions(
+    r: Records, rows: np.ndarray, llm_only: bool, extra: tuple[float, ...]
+) -> dict[str, Any]:
+    """One distribution (ms) per catalog metric, over the selected rows that have a value."""
+    idx = np.flatnonzero(rows)
+    return {
+        m.summary_key: distribution_ms(
+            catalog.summary_sample(m, r, m.per_request_ns(r), idx), extra
+        )
+        for m in catalog.distributions(llm_only)
+    }
+
+
 def _llm_sections(
     r: Records, window_ok: np.ndarray, done_in: np.ndarray, t_s: float, extra: tuple[float, ...]
 ) -> dict[str, Any]:
     """LLM distributions over window-scheduled ok requests; ``output_tps`` over the
     tokens of requests *completed* in the window (throughput's population), so a
     saturated server's token rate is not inflated by answers that finished later."""
-
-    def dist(values: np.ndarray) -> dict[str, Any]:
-        return distribution_ms(values[window_ok & (values >= 0)], extra)
 
     out_tokens = r.output_tokens[window_ok & (r.output_tokens >= 0)]
     in_tokens = r.input_tokens[window_ok & (r.input_tokens >= 0)]
@@ -187,10 +198,7 @@ def _llm_sections(
     in_done = float(r.input_tokens[done_in & (r.input_tokens > 0)].sum())
     per_user = _plain_distribution(decode_tps)
     return {
-        "ttft_ms": dist(derive.ttft_ns(r)),
-        "service_ttft_ms": dist(derive.service_ttft_ns(r)),
-        "tpot_ms": dist(derive.tpot_ns(r)),
-        "itl_ms": distribution_ms(derive.itl_gaps_ns(r, window_ok), extra),
+        **_distributions(r, window_ok, True, extra),
         "tokens": {
             "output_tps": out_done / t_s if t_s else 0.0,
             # The same population (completed in the window): prompt tokens the server took
@@ -299,7 +307,6 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
     client = _client(r, info)
     slos = evaluate(r, info.slos, rates, window)
     judged = _judge_bounds(r, info, slos, window)
-    sent_window = window & (r.sent_ns >= 0)
     summary: dict[str, Any] = {
         "schema": SCHEMA,
         "tool_version": __version__,
@@ -311,9 +318,7 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
         "requests": requests,
         "errors": breakdown(r, info.error_samples),
         "rates": rates,
-        "latency_ms": distribution_ms(derive.latency_ns(r)[window & ok], info.percentiles),
-        "service_ms": distribution_ms(derive.service_ns(r)[window & ok], info.percentiles),
-        "send_lag_ms": distribution_ms(derive.send_lag_ns(r)[sent_window], info.percentiles),
+        **_distributions(r, window, False, info.percentiles),
         "ttft_ms": None,
         "itl_ms": None,
         "tpot_ms": None,

@@ -22,12 +22,13 @@ import numpy as np
 
 from tailwise.errors import BadInput
 from tailwise.metrics import derive
+from tailwise.metrics.catalog import CATALOG
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.records import Records
 from tailwise.report.plot import SIZE_IN, SPECTRUM_Q, plain_ms, pyplot, save
 
 UNTRUSTED = ("invalid", "inconclusive")
-_PANEL_METRICS = {"latency": ("latency", "e2e"), "TTFT": ("ttft",), "TPOT": ("tpot",)}
+_PANEL_METRICS = {m.label: m.names for m in CATALOG if m.chart}  # panel -> its SLO names
 _SLO_COLORS = ("tab:red", "tab:purple", "tab:brown", "tab:olive")
 
 
@@ -246,7 +247,7 @@ def _latency_title(steps: list[StepData], key: str, name: str, slos: list[SLO]) 
 def latency_vs_load(steps: list[StepData], slos: list[SLO], llm: bool, path: Path) -> Chart:
     """p50/p90/p99 against offered load with their intervals, each SLO threshold drawn."""
     plt = pyplot()
-    panels = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")) if llm else (("latency_ms", "latency"),)
+    panels = [(m.summary_key, m.label) for m in CATALOG if m.chart and m.llm_only == llm]
     fig, axes = plt.subplots(1, len(panels), figsize=SIZE_IN, squeeze=False)
     x = np.array([s.row["measured_offered_rps"] for s in steps])
     drawn: list[str] = []

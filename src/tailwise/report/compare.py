@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tailwise.errors import BadInput
+from tailwise.metrics.catalog import CATALOG
 from tailwise.report.workload import differences, run_workload, sweep_workload
 from tailwise.units import parse_fraction
 
@@ -37,32 +38,18 @@ _FILES = {"sweep": ("sweep.json", SWEEP_SCHEMA), "run": ("summary.json", SUMMARY
 _DIR_FORM = "a run directory (with summary.json) or a sweep directory (with sweep.json)"
 _EPS = 1e-9  # relative slack so a change of exactly the threshold never counts
 
-# (key into summary.json, label, unit, better, gated)
+# (key into summary.json, label, unit, better, gated); then each catalog metric's rows
+# (its ``compare``), an LLM metric's only when both runs have its distribution.
 _RUN_METRICS = (
     ("rates.throughput_rps", "throughput", "rps", "higher", False),
     ("rates.goodput_rps", "goodput", "rps", "higher", True),
     ("rates.attainment", "attainment", "share", "higher", False),
     ("rates.error_rate", "error rate", "share", "lower", False),
-    ("latency_ms.p50", "latency p50", "ms", "lower", False),
-    ("latency_ms.p90", "latency p90", "ms", "lower", False),
-    ("latency_ms.p99", "latency p99", "ms", "lower", True),
-    ("latency_ms.p999", "latency p99.9", "ms", "lower", False),
-)
-# LLM distributions: shown when both runs have them; p99 TTFT and TPOT gate.
-_LLM_METRICS = (
-    ("ttft_ms.p50", "TTFT p50", "ms", "lower", False),
-    ("ttft_ms.p99", "TTFT p99", "ms", "lower", True),
-    ("tpot_ms.p50", "TPOT p50", "ms", "lower", False),
-    ("tpot_ms.p99", "TPOT p99", "ms", "lower", True),
-    ("itl_ms.p50", "ITL p50", "ms", "lower", False),
-    ("itl_ms.p99", "ITL p99", "ms", "lower", False),
 )
 # Per offered rate in a sweep (keys into a sweep.json step row); all gate.
 _STEP_METRICS = (
     ("goodput_rps", "goodput", "rps", "higher"),
-    ("latency_ms.p99", "latency p99", "ms", "lower"),
-    ("ttft_ms.p99", "TTFT p99", "ms", "lower"),
-    ("tpot_ms.p99", "TPOT p99", "ms", "lower"),
+    *((f"{m.summary_key}.p99", f"{m.label} p99", "ms", "lower") for m in CATALOG if m.sweep_step),
 )
 
 
@@ -196,9 +183,9 @@ def compare_runs(
 ) -> Comparison:
     """Compare two summary.json dicts; ``threshold`` is a fraction (0.1 = 10%)."""
     specs = list(_RUN_METRICS)
-    for section in ("ttft_ms", "tpot_ms", "itl_ms"):
-        if a.get(section) and b.get(section):
-            specs += [s for s in _LLM_METRICS if s[0].startswith(section)]
+    for m in CATALOG:
+        if not m.llm_only or (a.get(m.summary_key) and b.get(m.summary_key)):
+            specs += m.compare_rows()
     metrics = [_metric(s, _get(a, s[0]), _get(b, s[0]), threshold) for s in specs]
     invalid = [
         f"run {name} is invalid ({doc.get('verdict_reason', '')}): "

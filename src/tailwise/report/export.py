@@ -4,7 +4,8 @@ One row per request attempt, in the order :func:`tailwise.records.read_jsonl`
 gives (worker, seq). The stored columns come first, as on disk: times in
 integer nanoseconds relative to the run start, ``error`` as a kind (empty for
 success), absent values empty (CSV) or null (Parquet). Then the derived
-columns of :mod:`tailwise.metrics.derive`, in float milliseconds:
+columns (the catalog's metrics marked ``export``, :mod:`tailwise.metrics.catalog`),
+in float milliseconds:
 
 * ``latency_ms``  = done - scheduled (ok rows only)
 * ``service_ms``  = done - sent (ok rows only)
@@ -26,16 +27,11 @@ from typing import Any
 import numpy as np
 
 from tailwise.errors import BadInput, MissingExtra
-from tailwise.metrics import derive
+from tailwise.metrics.catalog import CATALOG
 from tailwise.records import INT_COLUMNS, Records, read_jsonl
 
 FORMATS = ("csv", "parquet")
-DERIVED = {
-    "latency_ms": derive.latency_ns,
-    "service_ms": derive.service_ns,
-    "send_lag_ms": derive.send_lag_ns,
-    "ttft_ms": derive.ttft_ns,
-}
+DERIVED = {m.summary_key: m.per_request_ns for m in CATALOG if m.export}
 _FLAGS = ("in_window", "capped")
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tailwise.metrics import derive
+from tailwise.metrics.catalog import CATALOG
 from tailwise.metrics.slo import SLO
 from tailwise.records import Records
 from tailwise.report.charts import Chart, draw_slos, ms_text, spectrum_axes, spectrum_points
@@ -22,9 +23,9 @@ def run_spectrum(r: Records, slos: list[SLO], llm: bool, path: Path) -> Chart:
     """One run's spectrum: latency, and TTFT and TPOT for an LLM run, with their SLO lines."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=SIZE_IN)
-    series = [("latency", derive.latency_ns(r))]
-    if llm:
-        series += [("TTFT", derive.ttft_ns(r)), ("TPOT", derive.tpot_ns(r))]
+    series = [
+        (m.label, m.per_request_ns(r)) for m in CATALOG if m.chart and (llm or not m.llm_only)
+    ]
     x_max, said, drawn = 10.0, [], []
     for name, v in series:
         v = v[r.in_window & (r.error == 0) & (v >= 0)] / 1e6

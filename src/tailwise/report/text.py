@@ -11,16 +11,10 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
+from tailwise.metrics.catalog import CATALOG
 from tailwise.metrics.percentiles import percentile_key
 
-DIST_ROWS = (
-    ("latency", "latency_ms"),
-    ("service", "service_ms"),
-    ("send lag", "send_lag_ms"),
-    ("TTFT", "ttft_ms"),
-    ("TPOT", "tpot_ms"),
-    ("ITL", "itl_ms"),
-)
+DIST_ROWS = tuple((m.label, m.summary_key) for m in CATALOG if m.report_row)
 _COLS = (
     ("p50", "p50"),
     ("p90", "p90"),
