@@ -127,6 +127,11 @@ CATALOG: tuple[Metric, ...] = (
         "itl", "ITL", "itl_ms", derive.mean_itl_ns, client.chunk_gap, llm_only=True,
         pooled=derive.itl_gaps_ns, compare=(("p50", False), ("p99", False)),
     ),
+    Metric(  # inference-perf's normalized TPOT: e2e over output tokens; docs/metrics.md
+        "ntpot", "NTPOT", "ntpot_ms", derive.ntpot_ns,
+        client.divided(client.read_at("done_ns"), derive.latency_ns, lambda r: r.output_tokens),
+        llm_only=True, compare=(("p50", False), ("p99", False)), live=True,
+    ),
 )  # fmt: skip
 
 

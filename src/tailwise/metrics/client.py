@@ -129,6 +129,7 @@ def _gap_bounds(
 # bound of the server's value per request, -1 where the metric has none. The metric
 # catalog (tailwise.metrics.catalog) names one rule per metric.
 BoundRule = Callable[[Records, I64, ClientLag | None], tuple[I64, I64]]
+I64Of = Callable[[Records], I64]
 
 
 def read_at(column: str) -> BoundRule:
@@ -150,6 +151,19 @@ def chunk_gap(r: Records, measured: I64, lag: ClientLag | None) -> tuple[I64, I6
     """Mean ITL: the gap from the first chunk's read to the last one's, over the gaps."""
     first, last, count = _chunk_ends(r)
     return _gap_bounds(r, measured, first, last, count - 1, lag)
+
+
+def divided(rule: BoundRule, base: Callable[[Records], I64], count: I64Of) -> BoundRule:
+    """A metric that is ``base`` (bounded by ``rule``) floor-divided per request by a count
+    (NTPOT: latency over output tokens): both bounds divide, -1 where it has no value."""
+
+    def bounds(r: Records, measured: I64, lag: ClientLag | None) -> tuple[I64, I64]:
+        lo, hi = rule(r, base(r), lag)
+        n = np.maximum(count(r), 1)
+        has = measured >= 0
+        return np.where(has, lo // n, -1), np.where(has, hi // n, -1)
+
+    return bounds
 
 
 def as_measured(r: Records, measured: I64, lag: ClientLag | None) -> tuple[I64, I64]:

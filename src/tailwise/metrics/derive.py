@@ -70,6 +70,21 @@ def tpot_ns(r: Records) -> I64:
     return out
 
 
+def ntpot_ns(r: Records) -> I64:
+    """Normalized time per output token, ``e2e // output_tokens``, as inference-perf defines
+    it (request latency over output tokens), for ok rows with at least one output token.
+
+    e2e is from the intended send time, like every latency here; every output token
+    counts (a reasoning model's too: the e2e spans them), so one slow first token
+    weighs on a short answer more than on a long one, unlike TPOT.
+    """
+    e2e = latency_ns(r)
+    valid = (e2e >= 0) & (r.output_tokens > 0)
+    out = np.full(len(r), -1, dtype=np.int64)
+    out[valid] = e2e[valid] // r.output_tokens[valid]
+    return out
+
+
 def itl_gaps_ns(r: Records, rows: np.ndarray) -> I64:
     """Every gap between consecutive content chunks of the ok rows among ``rows`` (row
     indices, in the order the gaps are wanted), pooled; within a request in stream order."""
