@@ -16,20 +16,25 @@ held at ``xi >= 0`` (no lighter than exponential: a latency tail that looks boun
 in a short run is not taken to be). The miss share is then ``k/n`` times the
 excesses' survival at ``T - u``, plus any value already infinite (a failure, a
 request still pending). Its upper bound: a delete-one-block jackknife of
-``log(share)`` over :data:`BLOCKS` consecutive blocks of the run, Student's t with
-``BLOCKS - 1`` degrees of freedom at the verdict's one-sided level.
+``log(share)`` over :data:`BLOCKS` blocks of the run, each cut where a request found
+nothing in flight (:func:`regeneration_blocks`), Student's t with ``BLOCKS - 1``
+degrees of freedom at the verdict's one-sided level.
 
 **When it may decide** (each rule from the validation below): only a pass (a
 failure is shown by the misses themselves), only for ``q >= 0.98`` (a lower level
-has its own plentiful misses), and only where the run is made of many short,
-independent stretches, which the jackknife's blocks assume:
+has its own plentiful misses), and only where the run is made of many independent
+stretches, which the jackknife's blocks assume:
 
-* at least :data:`IDLE_GATE` of the requests found nothing in flight when sent (a
-  single server under 60% load). Each such instant starts the system afresh
-  (a regeneration point), so blocks of such a run are nearly independent; at 70%
-  load and above, or with several servers, a run remembers longer than its blocks
-  and the jackknife is too narrow (M/M/1 at 80% load, 5,000 requests: 8.5% false
-  passes at 0.95x the true p99);
+* at least :data:`SHORT_CYCLES` of the requests found nothing in flight when sent (a
+  single server under 60% load), or at least :data:`IDLE_GATE` of them and
+  :data:`MIN_CYCLES` in all. Each such instant starts the system afresh (a
+  regeneration point: what follows is independent of what came before), and the
+  blocks are cut there, so they are independent stretches, not slices of one busy
+  period. Blocks of equal size were too narrow at 70% load and above (M/M/1 at 80%
+  load, 5,000 requests: 8.5% false passes at 0.95x the true p99); cut at
+  regeneration points with a thousand of them, 0.7-2% over 300 runs of 8,000
+  requests (M/M/1 at 70-80%, M/M/2 at 64-72%, bursty arrivals), where 300 of them
+  let a Pareto service on one server at 70% load through 6.7% of the time;
 * the requests that found the system empty, whose latency is the service alone,
   have a top no heavier than exponential (:func:`service_heaviness` under
   :data:`SERVICE_HEAVY`): a single server smooths a lognormal or Pareto service into
@@ -39,24 +44,29 @@ independent stretches, which the jackknife's blocks assume:
   requests show the service's tail bare.
 
 Validation (``benchmarks/quick_decisions.py``: M/M/1 at 42%, 54% and 60% load, 400
-seeded runs each, truth in closed form; the grid's cells for the gates): with
-``--duration auto``'s looks, ``p99 <= 2x truth`` at 42% load is passed by 1,500
-requests in 56.5% of runs (3% by counting alone), at 1.5x in 34% (3%); false
-decisions at 0.95x the truth 0-1.2% (counting alone 0-0.8%). The gates refused
-every run of M/M/1 at 70-95%, M/M/4, the LLM engine and the bursty arrivals; with
-lognormal (sigma 1 and 1.5) and Pareto (2.5) service on one server at 50% load (300
-runs each) the engine decided exactly as it does without the tail model.
+seeded runs each, truth in closed form; 300 runs of 8,000 requests per queue for the
+gates, docs/benchmarks.md): with ``--duration auto``'s looks, ``p99 <= 2x truth`` at
+42% load is passed by 1,500 requests in 56.5% of runs (3% by counting alone), at
+1.5x in 34% (3%); false decisions at 0.95x the truth 0-1.2% (counting alone
+0-0.8%). At 1.5x the truth by 8,000 requests: M/M/2 at 72% load per server 42% of
+runs (18% by counting), M/M/1 at 70% 41% (7%), at 80% 20% (0%). The gates refuse
+M/M/1 at 95%, M/M/4 at 80% and the LLM engine; with lognormal (sigma 1 to 2) and
+Pareto (2.5) service on one server at 50-70% load the engine decides exactly as it
+does without the tail model, up to 50,000 requests.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 BLOCKS = 20  # consecutive blocks of the jackknife
-IDLE_GATE = 0.4  # requests that found nothing in flight, at least this share
+IDLE_GATE = 0.1  # requests that found nothing in flight, at least this share ...
+SHORT_CYCLES = 0.4  # ... and this share, or under it at least MIN_CYCLES of them
+MIN_CYCLES = 1000
 SERVICE_HEAVY = 1.0  # empty-system latencies' service_heaviness must stay under this
 # (an exponential service reads 0.6-0.9 in 90% of samples of 600-2,500; lognormal sigma 1
 # 0.9-1.5, Pareto 2.5 0.8-1.4, lognormal sigma 1.5 1.4-2.2)
@@ -82,6 +92,7 @@ class Regeneration:
 
     idle_share: float
     service: np.ndarray
+    idle: np.ndarray | None = None  # per value, aligned with them: found nothing in flight
 
 
 def idle_on_arrival(start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
@@ -105,7 +116,7 @@ def regeneration(idle: np.ndarray, values: np.ndarray) -> Regeneration:
     ``values``)."""
     idle = np.asarray(idle, dtype=bool)
     share = float(idle.mean()) if len(idle) else 0.0
-    return Regeneration(share, np.asarray(values, dtype=np.float64)[idle])
+    return Regeneration(share, np.asarray(values, dtype=np.float64)[idle], idle)
 
 
 def service_heaviness(service: np.ndarray) -> float:
@@ -156,11 +167,43 @@ def _log_share(finite: list[np.ndarray], lost: np.ndarray, rows: int, y: float) 
     return math.log(share) if share > 0 else -745.0
 
 
-def miss_bound(values: np.ndarray, threshold: float, q: float, t_level: float) -> float | None:
+def regeneration_blocks(n: int, idle: np.ndarray | None) -> list[tuple[int, int]]:
+    """:data:`BLOCKS` consecutive ``(start, stop)`` row ranges covering ``n`` rows.
+
+    With ``idle`` (rows whose request found nothing in flight), each cut falls on such
+    a row, the one nearest to the equal split: the system starts afresh there, so the
+    blocks are independent stretches of the run (regeneration cycles grouped), not
+    slices of one busy period. Empty when fewer than :data:`BLOCKS` distinct cuts exist.
+    Without ``idle``, equal blocks of the run's last ``BLOCKS * (n // BLOCKS)`` rows."""
+    if idle is None:
+        size = n // BLOCKS
+        first = n - BLOCKS * size
+        return [(first + j * size, first + (j + 1) * size) for j in range(BLOCKS)]
+    starts = np.flatnonzero(np.asarray(idle, dtype=bool)[:n])
+    if len(starts) < BLOCKS:
+        return []
+    wanted = np.arange(1, BLOCKS) * (n / BLOCKS)
+    at = np.clip(np.searchsorted(starts, wanted), 1, len(starts) - 1)
+    nearer = np.where(wanted - starts[at - 1] < starts[at] - wanted, at - 1, at)
+    cuts = sorted({0, *starts[nearer].tolist(), n})
+    if len(cuts) != BLOCKS + 1:
+        return []
+    return list(itertools.pairwise(cuts))
+
+
+def miss_bound(
+    values: np.ndarray,
+    threshold: float,
+    q: float,
+    t_level: float,
+    idle: np.ndarray | None = None,
+) -> float | None:
     """Upper bound on the share of time-ordered ``values`` above ``threshold`` by the
     tail model, ``t_level`` the Student t quantile (``BLOCKS - 1`` degrees of freedom)
-    of the bound; None where the model does not apply (``q`` under :data:`MIN_Q`, too
-    few values, the threshold inside the top ``k``)."""
+    of the bound, the jackknife's blocks cut where ``idle`` (aligned with ``values``)
+    says the system was empty (:func:`regeneration_blocks`); None where the model does
+    not apply (``q`` under :data:`MIN_Q`, too few values or regeneration points, the
+    threshold inside the top ``k``)."""
     x = np.asarray(values, dtype=np.float64)
     n = len(x)
     k = int(min(max(round(n * SPAN * (1.0 - q)), MIN_EXCESS), MAX_EXCESS))
@@ -169,15 +212,20 @@ def miss_bound(values: np.ndarray, threshold: float, q: float, t_level: float) -
     u = float(np.partition(x, n - k - 1)[n - k - 1])
     if not math.isfinite(u) or threshold <= u:
         return None
-    size = n // BLOCKS
-    blocks = x[n - BLOCKS * size :].reshape(BLOCKS, size)
+    ranges = regeneration_blocks(n, idle)
+    if not ranges:
+        return None
+    blocks = [x[a:b] for a, b in ranges]
+    rows = np.array([len(row) for row in blocks])
     finite = [row[np.isfinite(row) & (row > u)] - u for row in blocks]
     lost = np.array([np.count_nonzero(~np.isfinite(row)) for row in blocks])
     y = threshold - u
-    whole = _log_share(finite, lost, BLOCKS * size, y)
+    whole = _log_share(finite, lost, int(rows.sum()), y)
     left_out = np.array(
         [
-            _log_share(finite[:j] + finite[j + 1 :], np.delete(lost, j), (BLOCKS - 1) * size, y)
+            _log_share(
+                finite[:j] + finite[j + 1 :], np.delete(lost, j), int(rows.sum() - rows[j]), y
+            )
             for j in range(BLOCKS)
         ]
     )
@@ -197,6 +245,12 @@ def gates(regen: Regeneration | None, service_heaviness: float) -> str:
         return "no send times"
     if regen.idle_share < IDLE_GATE:
         return f"{regen.idle_share:.0%} of requests found the system empty (under {IDLE_GATE:.0%})"
+    cycles = len(regen.service)
+    if regen.idle_share < SHORT_CYCLES and cycles < MIN_CYCLES:
+        return (
+            f"{cycles} requests found the system empty ({regen.idle_share:.0%} of them, "
+            f"under {SHORT_CYCLES:.0%}: at least {MIN_CYCLES} needed)"
+        )
     if service_heaviness >= SERVICE_HEAVY:
         return "the empty-system requests' own tail is heavy"
     return ""

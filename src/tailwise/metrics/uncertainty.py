@@ -573,7 +573,7 @@ def _tail_bound(
     if tail.gates(regen, tail.service_heaviness(regen.service)):
         return None
     t_level = t_quantile(_two_sided(confidence), tail.BLOCKS - 1)
-    return tail.miss_bound(values, threshold, q, t_level)
+    return tail.miss_bound(values, threshold, q, t_level, regen.idle)
 
 
 def rate_ci(
