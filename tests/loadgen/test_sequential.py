@@ -61,6 +61,7 @@ def test_a_clear_pass_stops_long_before_the_cap(
     assert isinstance(seq, dict) and isinstance(s["window"], dict)
     assert code == 0 and s["verdict"] == "pass", err
     assert seq["settled"] and str(seq["settled"]).startswith("decided after")
+    assert seq["decided"] == {"p90(latency)<=500ms": "pass"}  # what the summary honours
     assert not seq["reached_cap"]
     assert s["window"]["duration_s"] < 20  # 40 s allowed; a thousand requests decide
     assert s["confidence"] == pytest.approx(seq["per_look_confidence"][-1])

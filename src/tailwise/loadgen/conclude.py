@@ -140,6 +140,7 @@ def sequential_doc(out: Outcome) -> dict[str, Any]:
         "per_look_confidence": list(out.looks.confidences),
         "overall_confidence": out.looks.overall,
         "settled": out.settled or None,
+        "decided": dict(out.settled_decisions) or None,  # per SLO spec, the deciding look's
         "reached_cap": not out.settled and not out.interrupted and not out.stopped_early,
     }
 

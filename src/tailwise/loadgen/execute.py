@@ -111,6 +111,7 @@ class Outcome:
     looks: Looks | None = None  # --duration auto: the looks planned, and their level
     looked: int = 0  # --duration auto: looks taken before the run stopped
     settled_start_ns: int | None = None  # --warmup auto: where the deciding look's window began
+    settled_decisions: dict[str, str] = field(default_factory=dict)  # the deciding look's
 
 
 class WorkerHooks(Protocol):
@@ -268,6 +269,7 @@ async def _execute(
         decider.looks if decider is not None else None,
         decider.looked if decider is not None else 0,
         decider.start_ns if decider is not None and decider.auto_warmup else None,
+        decider.decided if decider is not None and settled and not lost and not note else {},
     )
 
 

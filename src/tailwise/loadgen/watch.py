@@ -287,6 +287,7 @@ class Sequential:
         self.judgeable = bool(slos) and len(self.shares) == len(slos)
         self.next = 0  # index of the next look in looks.sizes
         self.looked = 0
+        self.decided: dict[str, str] = {}  # spec -> pass | fail, once a look decided all
 
     def look(self, blocks: list[RecordBlock], now_ns: int) -> str:
         """Why the run is already decided ('' while it is not, or no look is due)."""
@@ -307,14 +308,16 @@ class Sequential:
         if self.auto_warmup:
             sched, done, first, err = self._past_transient(sched, done, first, err)
             n = len(sched)
-        outcomes = []
+        decided = {}
         for share in self.shares:
             end = _end_column(share.metric, done, first)
             d = _decide(share, sched, end, done, err, now_ns, confidence)
             if d == "inconclusive":
                 return ""
-            outcomes.append(f"{share.spec} {d}")
-        return f"decided after {n} requests (look {self.looked}): " + ", ".join(outcomes)
+            decided[share.spec] = d
+        self.decided = decided
+        outcomes = ", ".join(f"{spec} {d}" for spec, d in decided.items())
+        return f"decided after {n} requests (look {self.looked}): {outcomes}"
 
     def _past_transient(
         self, sched: np.ndarray, done: np.ndarray, first: np.ndarray, err: np.ndarray

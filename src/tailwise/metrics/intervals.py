@@ -379,6 +379,34 @@ def _slos(
             }
 
 
+def honour_looks(entries: list[dict[str, Any]], sequential: dict[str, Any] | None) -> None:
+    """A ``--duration auto`` run that stopped because a look decided every SLO reports
+    that look's decisions (in place on the summary's SLO ``entries``).
+
+    The look is the test that stopped the run: its share of the run's error was spent
+    on it, at a stricter level than the summary's. Judging the sample again (a few more
+    requests, those in flight answered, batches and jackknife blocks cut elsewhere) is a
+    second test whose noise could leave undecided a run stopped as decided (a knee's
+    settling trial on an M/M/2 at 69/s stopped at its look of 8,192 requests and then
+    read "inconclusive"). Where the summary decides alone, it agrees with the look in the
+    validation; where it would decide the other way, the SLO is left inconclusive."""
+    decided = (sequential or {}).get("decided") or {}
+    settled = str((sequential or {}).get("settled") or "").split(":")[0]
+    for entry in entries:
+        look = decided.get(entry.get("spec"))
+        own = entry.get("decided")
+        if look is None or own == look:
+            continue
+        if own == "inconclusive":
+            entry["decided"] = look
+            entry["ci_note"] = f"{look}: the run's deciding look ({settled}) decided it" + (
+                f"; the whole sample alone: {entry['ci_note']}" if entry.get("ci_note") else ""
+            )
+        else:
+            entry["decided"] = "inconclusive"
+            entry["ci_note"] = f"the deciding look ({settled}) said {look}, the whole sample {own}"
+
+
 def compose(decisions: Iterable[str]) -> str:
     """Any fail -> fail; else any inconclusive -> inconclusive; else pass."""
     seen = set(decisions)

@@ -28,7 +28,7 @@ from tailwise.metrics import catalog, derive
 from tailwise.metrics.catalog import bounds_view
 from tailwise.metrics.client import ClientLag, receive_lag_ns
 from tailwise.metrics.error_samples import ErrorSamples, breakdown
-from tailwise.metrics.intervals import annotate
+from tailwise.metrics.intervals import annotate, honour_looks
 from tailwise.metrics.littles import littles_law
 from tailwise.metrics.percentiles import distribution_ms, nearest_rank
 from tailwise.metrics.reasoning import reasoning_section
@@ -350,6 +350,7 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
         annotate(summary, r, info.window_ns, info.slos, good, info.confidence)
     if info.sequential is not None:
         summary["sequential"] = info.sequential
+        honour_looks(slos, info.sequential)
     v = decide(
         preliminary=_preliminary(r, info, requests),
         requests=requests,
