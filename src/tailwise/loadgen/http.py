@@ -113,8 +113,13 @@ class Pool:
         # closes its keep-alive connections, so a reset under a request just written on
         # one is that close meeting the write (see Conn.close_raced).
         self.keepalive_closes = 0
-        self.kept_alive = False  # a connection answered a second request (see Conn.close_raced)
-        self.first_answer_resets = 0  # resets right after a connection's first answer
+        # Resets that may be the target closing every connection after its N-th answer
+        # (see Conn.close_raced): the most answers any connection gave, the N of every
+        # reset under an unanswered request so far (0: none yet; -1: they differed, or one
+        # came on a fresh connection or within an answer), and how many came at it.
+        self.most_served = 0
+        self.close_after = 0
+        self.close_resets = 0
         nonce = owner.nonce
         self.nonce_salt = int(nonce, 16) + owner.nonce_offset if nonce else 0
         # Where each payload's nonce placeholder starts (-1: none in it).

@@ -21,10 +21,10 @@ once the target has been seen closing reused connections in order
 (``keepalive_closes``): its socket, closed with our request unread in it,
 answers with a reset instead of a FIN (a closed-loop user writes its next
 request the instant an answer ends, and meets this often), or once it has reset
-three connections right after their first answer while none of its connections
-ever answered a second request (it closes after every answer, whatever it
-announces: then every close may meet a write, and no FIN is ever seen). Before
-that, a reset
+three connections right after their N-th answer, every reset of it so far at
+that same N, while none of its connections ever answered more (it closes after
+N answers, whatever it announces: then every close may meet a write, and no FIN
+is ever seen). Before that, a reset
 (a crashed or overloaded peer, or a proxy injecting faults), a failure on a
 fresh connection, a second failure of the same request, or any response byte:
 the request fails as ``reset`` and is never sent again. What remains possible is a
@@ -53,9 +53,10 @@ from tailwise.records import ERROR_KINDS, RecordBlock, error_code
 OK, HTTP_4XX, HTTP_5XX = error_code(""), error_code("http_4xx"), error_code("http_5xx")
 RESET, PROTOCOL, TIMEOUT = error_code("reset"), error_code("protocol"), error_code("timeout")
 CONNECT = error_code("connect")
-# Resets right after a connection's first answer, with no connection ever answering a
-# second: from the third on, the target's close racing our write (Conn.close_raced).
-FIRST_ANSWER_RESETS = 3
+# Resets right after a connection's N-th answer, every one at the same N and no connection
+# ever answering more: from the third on, the target's close racing our write
+# (Conn.close_raced).
+CLOSE_RESETS = 3
 HEAD_MAX_BYTES = 65_536  # how much of a response is kept to read its headers at a close
 # A 4xx/5xx answer keeps reading into ``head`` past its headers (bounded by HEAD_MAX_BYTES)
 # so that its body can be sampled; told by the status line's first digit: "HTTP/1.1 4".
@@ -90,8 +91,9 @@ class ConnPool(Protocol):
     waiting: deque[tuple[RecordBlock, int]]
     stray_answers: int
     keepalive_closes: int
-    kept_alive: bool
-    first_answer_resets: int
+    most_served: int
+    close_after: int
+    close_resets: int
 
     @property
     def owner(self) -> StreamOwner: ...
@@ -283,8 +285,8 @@ class Conn(asyncio.Protocol):
         block.bytes_in[j] = self.nbytes
         self.block = None
         self.served += 1
-        if self.served == 2:
-            self.pool.kept_alive = True  # the target does keep connections alive
+        if self.served > self.pool.most_served:
+            self.pool.most_served = self.served  # the target keeps connections this long
         self.pool.on_done(block, j)
         # Released once the parser is done with this read, never from inside its callback:
         # a request sent now would be credited with what the read holds after this answer.
@@ -316,18 +318,24 @@ class Conn(asyncio.Protocol):
         target's keep-alive close meeting our write (a socket closed with our request
         unread in it answers with a reset, not a FIN). It is, once this target has been
         seen closing reused connections in order, or once it has reset
-        :data:`FIRST_ANSWER_RESETS` connections right after their first answer while no
-        connection of it ever answered a second request (it closes after every answer,
-        whatever it announces; a closed-loop user can meet the reset every time, and
-        then no FIN is ever seen). Before that, a reset is a failure."""
+        :data:`CLOSE_RESETS` connections right after their N-th answer, every reset of it
+        so far at that same N, while no connection of it ever answered more (it closes
+        after N answers, whatever it announces; a closed-loop user can meet the reset every
+        time, and then no FIN is ever seen). Before that, a reset is a failure."""
         if not isinstance(exc, ConnectionResetError):
             return False
         pool = self.pool
-        if self.served == 1 and not pool.kept_alive:
-            pool.first_answer_resets += 1
+        n = self.served
+        if pool.close_after == 0:
+            pool.close_after = n
+        if pool.close_after == n:
+            pool.close_resets += 1
+        else:
+            pool.close_after = -1  # resets at different counts: not one closing pattern
         if pool.keepalive_closes > 0:
             return True
-        return not pool.kept_alive and pool.first_answer_resets >= FIRST_ANSWER_RESETS
+        regular = pool.close_after == n and pool.most_served == n
+        return regular and pool.close_resets >= CLOSE_RESETS
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -337,6 +345,8 @@ class Conn(asyncio.Protocol):
         if block is None:
             if orderly and self.served and self in pool.idle:
                 pool.keepalive_closes += 1  # the target closed a connection kept for reuse
+        elif isinstance(exc, ConnectionResetError) and (not self.served or self.nbytes):
+            pool.close_after = -1  # a reset no keep-alive close explains (close_raced)
         elif self.served and not self.nbytes and (orderly or self.close_raced(exc)):
             # Closed under a request it never answered, after serving others: the
             # server's close raced our write (module docstring).
