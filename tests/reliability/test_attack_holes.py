@@ -671,3 +671,26 @@ def test_resets_at_varying_counts_stay_failures(raw_server: Serve, tmp_path: Pat
     assert s["requests"]["accounted"] and s["reconnects"] == 0
     ok = s["requests"]["ok"] + s["requests"]["warmup"]["ok"]
     assert ok == read[0] and ok + errors.get("reset", 0) == 30 and errors["reset"] >= 10
+
+
+# The first two of those resets were booked as failures while the pattern was still to be
+# told. A reset that fits it is now held (up to 100 ms, not sent again, not failed) until
+# it is told: with eight closed-loop users the next resets tell it at once, and every held
+# request is sent again. None is booked.
+def test_resets_held_until_the_closing_pattern_is_told_cost_nothing(
+    raw_server: Serve, tmp_path: Path
+) -> None:
+    read = [0]
+    res = tailwise.run(
+        raw_server(resetting_server(lambda k: 3, read)) + "/x",
+        concurrency=8,
+        requests=200,
+        duration="30s",
+        out=str(tmp_path / "rst"),
+        progress=False,
+    )
+    s = res.summary
+    errors = {**s["requests"]["errors"], **s["requests"]["warmup"]["errors"]}
+    assert s["requests"]["accounted"] and s["reconnects"] > 0
+    assert errors == {}
+    assert s["requests"]["ok"] + s["requests"]["warmup"]["ok"] == 200 == read[0]

@@ -24,7 +24,9 @@ request the instant an answer ends, and meets this often), or once it has reset
 three connections right after their N-th answer, every reset of it so far at
 that same N, while none of its connections ever answered more (it closes after
 N answers, whatever it announces: then every close may meet a write, and no FIN
-is ever seen). Before that, a reset
+is ever seen). A reset that fits that pattern before it is told is held, neither
+failed nor sent again, until it is (``Pool.doubted``; at most
+:data:`~tailwise.loadgen.http.DOUBT_NS`, then booked as it came). Otherwise a reset
 (a crashed or overloaded peer, or a proxy injecting faults), a failure on a
 fresh connection, a second failure of the same request, or any response byte:
 the request fails as ``reset`` and is never sent again. What remains possible is a
@@ -79,6 +81,7 @@ class StreamOwner(Protocol):
     # seq -> (cached prompt tokens, llama.cpp timings), for rows where the server said
     server_notes: dict[int, tuple[int | None, Timings | None]]
     samples: ErrorSamples
+    closing: bool  # the run is ending: nothing is sent again
 
 
 class ConnPool(Protocol):
@@ -94,9 +97,14 @@ class ConnPool(Protocol):
     most_served: int
     close_after: int
     close_resets: int
+    doubted: deque[tuple[RecordBlock, int, int]]
 
     @property
     def owner(self) -> StreamOwner: ...
+
+    def settle_doubts(self, raced: bool) -> None:
+        """Send the held requests again (``raced``) or book each a reset."""
+        ...
 
     def start_waiting(self, conn: Conn) -> None: ...
 
@@ -287,6 +295,8 @@ class Conn(asyncio.Protocol):
         self.served += 1
         if self.served > self.pool.most_served:
             self.pool.most_served = self.served  # the target keeps connections this long
+            if self.pool.doubted:
+                self.pool.settle_doubts(False)  # it does not close after fewer answers
         self.pool.on_done(block, j)
         # Released once the parser is done with this read, never from inside its callback:
         # a request sent now would be credited with what the read holds after this answer.
@@ -332,10 +342,20 @@ class Conn(asyncio.Protocol):
             pool.close_resets += 1
         else:
             pool.close_after = -1  # resets at different counts: not one closing pattern
+            if pool.doubted:
+                pool.settle_doubts(False)
         if pool.keepalive_closes > 0:
             return True
         regular = pool.close_after == n and pool.most_served == n
         return regular and pool.close_resets >= CLOSE_RESETS
+
+    def may_race(self) -> bool:
+        """After :meth:`close_raced` said no to a reset: whether the closing pattern is
+        still possible (every reset so far after this connection's count of answers, and
+        no connection answering more), so that more resets may yet tell it."""
+        pool = self.pool
+        n = self.served
+        return pool.close_after == n and pool.most_served == n and not pool.owner.closing
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -345,8 +365,12 @@ class Conn(asyncio.Protocol):
         if block is None:
             if orderly and self.served and self in pool.idle:
                 pool.keepalive_closes += 1  # the target closed a connection kept for reuse
+                if pool.doubted:
+                    pool.settle_doubts(True)
         elif isinstance(exc, ConnectionResetError) and (not self.served or self.nbytes):
             pool.close_after = -1  # a reset no keep-alive close explains (close_raced)
+            if pool.doubted:
+                pool.settle_doubts(False)
         elif self.served and not self.nbytes and (orderly or self.close_raced(exc)):
             # Closed under a request it never answered, after serving others: the
             # server's close raced our write (module docstring).
@@ -354,9 +378,18 @@ class Conn(asyncio.Protocol):
                 pool.keepalive_closes += 1
             pool.discard(self)
             self.block = None
+            if pool.doubted:
+                pool.settle_doubts(True)  # the resets held meanwhile were that race too
             if pool.retry(block, self.j):
                 return
             self.block = block
+        elif self.served and not self.nbytes and self.may_race():
+            # A reset that fits the closing pattern before it is told: held until it is
+            # (sent again then), or booked a reset at this instant (Pool.settle_doubts).
+            pool.discard(self)
+            self.block = None
+            pool.doubted.append((block, self.j, now_ns() - pool.t0))
+            return
         if block is not None and exc is None and ends_at_close(self.head):
             # HTTP/1.1 allows a body that ends when the server closes: the close is the
             # answer's end, read as any other end (a stream's tokens, its truncation).
