@@ -284,6 +284,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
     """A non-blocking listening socket on ``host:port`` (BadInput if it cannot be had)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos.sort(key=lambda info: info[0] != socket.AF_INET)  # IPv4 first: "localhost"
         family, kind, proto, _, address = infos[0]
         sock = socket.socket(family, kind, proto)
     except OSError as exc:
