@@ -249,3 +249,52 @@ def test_serve_demo_stops_on_sigterm_under_a_flood() -> None:
             proc.kill()
             proc.wait()
     assert rc == 0 and stop_s < STOP_S, (rc, stop_s)
+
+
+# Out of descriptors: with a 200-file limit the proxy caps itself at (200 - 64) / 2 = 68
+# connections (each takes two), so 300 clients neither crash it nor fail at the target for
+# want of a descriptor: 68 are served, the rest wait to be accepted, and once the flood is
+# gone a new client is served.
+def test_the_proxy_caps_its_connections_by_the_file_limit(tmp_path: Path) -> None:
+    import resource
+
+    async def target(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(r)
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    def few_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))
+
+    get_x = b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n"
+    with raw_servers() as serve:
+        to = serve(target).removeprefix("http://")
+        cmd = [sys.executable, "-m", "tailwise", "proxy", "--listen", "127.0.0.1:0", "--to", to]
+        cmd += ["--log", str(tmp_path / "t.jsonl"), "--lifetime", "60s"]
+        with (tmp_path / "err.txt").open("w") as err:
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=few_files
+            )
+        try:
+            assert proc.stdout is not None
+            port = port_of(proc.stdout.readline().strip())
+            socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(300)]
+            for s in socks:
+                s.sendall(get_x)
+            answered = 0
+            for s in socks[:68]:
+                answered += s.recv(100).startswith(b"HTTP/1.1 200")
+            for s in socks:
+                s.close()
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(get_x)
+                after = s.recv(100)
+            rc, _ = stop(proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert answered == 68 and after.startswith(b"HTTP/1.1 200") and rc == 0
+    assert "68 connections open; further ones wait" in (tmp_path / "err.txt").read_text()
+    closed = Counter(r["outcome"] for r in truth_rows(tmp_path / "t.jsonl", "request"))
+    assert "upstream_closed" not in closed, closed  # no connection to the target failed
