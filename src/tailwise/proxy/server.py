@@ -3,7 +3,9 @@
 It binds 127.0.0.1 unless told otherwise, prints ``listening on URL`` once it
 accepts connections, and stops after ``lifetime`` or on SIGINT/SIGTERM; either
 way every request still open is logged (``unfinished``, or ``dropped`` for a
-swallowed one) and the ground-truth file ends with an ``end`` line.
+swallowed one) and the ground-truth file ends with an ``end`` line. It serves at
+most ``max_connections`` clients at once (:class:`Acceptor`); the others wait in
+the listen backlog, so memory is bounded whatever the flood.
 """
 
 from __future__ import annotations
