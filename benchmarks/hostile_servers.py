@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import hostile_floods
 import numpy as np
 
 import tailwise
@@ -349,6 +350,11 @@ def run_all(seconds: int, tmp: Path, loopback: str) -> list[dict[str, Any]]:
         ):
             rows.append(case(start, tmp / case.__name__, seconds))
             print(json.dumps(rows[-1]), flush=True)
+        for beside in (hostile_floods.nth_answer_resets, hostile_floods.proxy_flood):
+            rows.append(beside(start, tmp / beside.__name__, seconds, row))
+            print(json.dumps(rows[-1]), flush=True)
+    rows.append(hostile_floods.demo_flood(tmp / "demo_flood", seconds, row))
+    print(json.dumps(rows[-1]), flush=True)
     full = disk_full(loopback, tmp / "disk_full", seconds)
     if full is not None:
         rows.append(full)
@@ -381,7 +387,8 @@ def render(rows: list[dict[str, Any]], seconds: int, machine: str) -> str:
         "Accounted: scheduled = ok + failed + timed out + cancelled + not sent, and every",
         "row on disk (the disk-full row is `no` by design: the disk holds fewer rows, the",
         "summary says so, exit 3, and the rescue copy holds them all). The short version of",
-        "each row is a test in `tests/reliability/test_attack_holes.py` and `test_secrets.py`.",
+        "each row is a test in `tests/reliability/test_attack_holes.py`, `test_floods.py`",
+        "and `test_secrets.py`.",
         "<!-- hostile-servers:end -->",
     ]
     return "\n".join(lines)

@@ -602,3 +602,95 @@ def test_a_target_that_resets_after_every_answer_costs_at_most_two_resets(
     assert set(errors) <= {"reset"} and errors.get("reset", 0) <= 2, errors
     ok = s["requests"]["ok"] + s["requests"]["warmup"]["ok"]
     assert ok + errors.get("reset", 0) == 30 and ok == read[0]
+
+
+def resetting_server(answers: Callable[[int], int], read: list[int]) -> Answer:
+    """A target that resets the ``k``-th connection right after its ``answers(k)``-th answer,
+    when the client has already written its next request (the socket closed with it unread)."""
+    import socket
+    import struct
+
+    conns = [0]
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        k = conns[0]
+        conns[0] += 1
+        for _ in range(answers(k)):
+            await read_head(r)
+            read[0] += 1
+            w.write(b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok")
+            await w.drain()
+        await asyncio.sleep(0.01)  # the client has its answer and has written its next one
+        sock = w.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        w.transport.abort()  # a reset: the next request is never read
+
+    return serve
+
+
+# A target that closes every connection after its third answer, with a reset (its close met
+# the next request): every one of those closes was booked a `reset`, 1,131 of 4,524 requests
+# in 3 s, because the rule learned the pattern only for targets that close after one answer.
+# From the third reset at the same count, while no connection ever answered more, it is the
+# close racing our write: at most two are booked, whatever the count.
+@pytest.mark.parametrize("n", [3, 5])
+def test_a_target_that_resets_after_every_nth_answer_costs_at_most_two_resets(
+    raw_server: Serve, tmp_path: Path, n: int
+) -> None:
+    read = [0]
+    res = tailwise.run(
+        raw_server(resetting_server(lambda k: n, read)) + "/x",
+        concurrency=2,
+        requests=60,
+        duration="30s",
+        out=str(tmp_path / "rst"),
+        progress=False,
+    )
+    s = res.summary
+    errors = {**s["requests"]["errors"], **s["requests"]["warmup"]["errors"]}
+    assert s["requests"]["accounted"] and s["reconnects"] > 0
+    assert set(errors) <= {"reset"} and errors.get("reset", 0) <= 2, errors
+    ok = s["requests"]["ok"] + s["requests"]["warmup"]["ok"]
+    assert ok + errors.get("reset", 0) == 60 and ok == read[0]
+
+
+# Resets with no single closing pattern (after the first answer on one connection, after the
+# second on the next) are the target's failures: none is sent again.
+def test_resets_at_varying_counts_stay_failures(raw_server: Serve, tmp_path: Path) -> None:
+    read = [0]
+    res = tailwise.run(
+        raw_server(resetting_server(lambda k: 1 + k % 2, read)) + "/x",
+        concurrency=1,
+        requests=30,
+        duration="30s",
+        out=str(tmp_path / "rst"),
+        progress=False,
+    )
+    s = res.summary
+    errors = {**s["requests"]["errors"], **s["requests"]["warmup"]["errors"]}
+    assert s["requests"]["accounted"] and s["reconnects"] == 0
+    ok = s["requests"]["ok"] + s["requests"]["warmup"]["ok"]
+    assert ok == read[0] and ok + errors.get("reset", 0) == 30 and errors["reset"] >= 10
+
+
+# The first two of those resets were booked as failures while the pattern was still to be
+# told. A reset that fits it is now held (up to 100 ms, not sent again, not failed) until
+# it is told: with eight closed-loop users the next resets tell it at once, and every held
+# request is sent again. None is booked.
+def test_resets_held_until_the_closing_pattern_is_told_cost_nothing(
+    raw_server: Serve, tmp_path: Path
+) -> None:
+    read = [0]
+    res = tailwise.run(
+        raw_server(resetting_server(lambda k: 3, read)) + "/x",
+        concurrency=8,
+        requests=200,
+        duration="30s",
+        out=str(tmp_path / "rst"),
+        progress=False,
+    )
+    s = res.summary
+    errors = {**s["requests"]["errors"], **s["requests"]["warmup"]["errors"]}
+    assert s["requests"]["accounted"] and s["reconnects"] > 0
+    assert errors == {}
+    assert s["requests"]["ok"] + s["requests"]["warmup"]["ok"] == 200 == read[0]

@@ -33,7 +33,20 @@ import click
     help="Ground truth: one JSON line per request (no header values).",
 )
 @click.option("--lifetime", help="Exit after this long (default: until Ctrl-C).")
-def proxy(listen: str, upstream: str, log_path: str, lifetime: str | None, **kw: Any) -> None:
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    help="Client connections served at once; more wait to be accepted "
+    "(default 4096, or half the open-file limit).",
+)
+def proxy(
+    listen: str,
+    upstream: str,
+    log_path: str,
+    lifetime: str | None,
+    max_connections: int | None,
+    **kw: Any,
+) -> None:
     """Forward HOST:PORT through injected faults, logging what was done to each request."""
     from tailwise.proxy.faults import parse_address, parse_faults
     from tailwise.proxy.server import ProxyConfig, serve
@@ -44,6 +57,7 @@ def proxy(listen: str, upstream: str, log_path: str, lifetime: str | None, **kw:
         upstream=parse_address(upstream, "--to"),
         faults=parse_faults(**kw),
         log_path=Path(log_path),
+        max_connections=max_connections or 0,
     )
     lifetime_s = parse_duration_ns(lifetime, "--lifetime") / 1e9 if lifetime else None
     serve(cfg, lifetime_s)

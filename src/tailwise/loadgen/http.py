@@ -42,7 +42,7 @@ from typing import Any
 
 from tailwise.clock import now_ns
 from tailwise.errors import error_kind
-from tailwise.loadgen.http_conn import CONNECT, TIMEOUT, Conn
+from tailwise.loadgen.http_conn import CONNECT, RESET, TIMEOUT, Conn
 from tailwise.loadgen.http_stream import AnswerConn, StreamConn, on_stream_reads, stream_reader
 from tailwise.loadgen.llm_stream import Timings
 from tailwise.loadgen.openai import TokenCounter
@@ -52,6 +52,9 @@ from tailwise.metrics.error_samples import ErrorSamples
 from tailwise.records import RecordBlock, error_code
 
 SWEEP_S = 0.01
+# How long a reset that may be a keep-alive close's race waits for the target's closing
+# pattern to be told (Pool.doubted): then it is booked a ``reset``, as it came.
+DOUBT_NS = 100_000_000
 MAX_CONNECTING = 32  # connection attempts in progress per target; more only feeds a storm
 NONCE_DIGITS = 10
 _NONCE_MASK = (1 << (4 * NONCE_DIGITS)) - 1
@@ -113,8 +116,16 @@ class Pool:
         # closes its keep-alive connections, so a reset under a request just written on
         # one is that close meeting the write (see Conn.close_raced).
         self.keepalive_closes = 0
-        self.kept_alive = False  # a connection answered a second request (see Conn.close_raced)
-        self.first_answer_resets = 0  # resets right after a connection's first answer
+        # Resets that may be the target closing every connection after its N-th answer
+        # (see Conn.close_raced): the most answers any connection gave, the N of every
+        # reset under an unanswered request so far (0: none yet; -1: they differed, or one
+        # came on a fresh connection or within an answer), and how many came at it.
+        self.most_served = 0
+        self.close_after = 0
+        self.close_resets = 0
+        # Resets that fit the pattern while it is not yet told, held (not failed, not sent
+        # again) until it is: (block, j, the reset's run-relative instant).
+        self.doubted: deque[tuple[RecordBlock, int, int]] = deque()
         nonce = owner.nonce
         self.nonce_salt = int(nonce, 16) + owner.nonce_offset if nonce else 0
         # Where each payload's nonce placeholder starts (-1: none in it).
@@ -165,6 +176,18 @@ class Pool:
         self.waiting.appendleft((block, j))
         self._grow()
         return True
+
+    def settle_doubts(self, raced: bool) -> None:
+        """The closing pattern is told: each held request is sent again on a fresh
+        connection (``raced``), or booked a ``reset`` at the instant it came."""
+        doubted = self.doubted
+        while doubted:
+            block, j, t_ns = doubted.popleft()
+            if raced and self.retry(block, j):
+                continue
+            block.done_ns[j] = t_ns
+            block.error[j] = RESET
+            self.on_done(block, j)
 
     def _grow(self) -> None:
         """Open connections for waiting requests, a bounded number at a time."""
@@ -266,6 +289,12 @@ class Pool:
         was sent after that pass, or waited behind the queue's head it looked at, so
         its deadline is no earlier: a timeout still fires within :data:`SWEEP_S`.
         """
+        doubted = self.doubted
+        while doubted and doubted[0][2] + DOUBT_NS <= now_rel_ns:
+            block, j, t_ns = doubted.popleft()  # the pattern was not told in time
+            block.done_ns[j] = t_ns
+            block.error[j] = RESET
+            self.on_done(block, j)
         waiting, timeout = self.waiting, self.timeout_ns
         while waiting and waiting[0][0].sent_ns[waiting[0][1]] + timeout <= now_rel_ns:
             block, j = waiting.popleft()
@@ -402,6 +431,7 @@ class HttpTransport:
         code = error_code(kind)
         n = 0
         for pool in self._pools:
+            pool.settle_doubts(False)  # resets, as they came
             while pool.waiting:
                 block, j = pool.waiting.popleft()
                 block.done_ns[j] = now_ns() - self._t0

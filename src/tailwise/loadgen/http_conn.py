@@ -21,10 +21,12 @@ once the target has been seen closing reused connections in order
 (``keepalive_closes``): its socket, closed with our request unread in it,
 answers with a reset instead of a FIN (a closed-loop user writes its next
 request the instant an answer ends, and meets this often), or once it has reset
-three connections right after their first answer while none of its connections
-ever answered a second request (it closes after every answer, whatever it
-announces: then every close may meet a write, and no FIN is ever seen). Before
-that, a reset
+three connections right after their N-th answer, every reset of it so far at
+that same N, while none of its connections ever answered more (it closes after
+N answers, whatever it announces: then every close may meet a write, and no FIN
+is ever seen). A reset that fits that pattern before it is told is held, neither
+failed nor sent again, until it is (``Pool.doubted``; at most
+:data:`~tailwise.loadgen.http.DOUBT_NS`, then booked as it came). Otherwise a reset
 (a crashed or overloaded peer, or a proxy injecting faults), a failure on a
 fresh connection, a second failure of the same request, or any response byte:
 the request fails as ``reset`` and is never sent again. What remains possible is a
@@ -53,9 +55,10 @@ from tailwise.records import ERROR_KINDS, RecordBlock, error_code
 OK, HTTP_4XX, HTTP_5XX = error_code(""), error_code("http_4xx"), error_code("http_5xx")
 RESET, PROTOCOL, TIMEOUT = error_code("reset"), error_code("protocol"), error_code("timeout")
 CONNECT = error_code("connect")
-# Resets right after a connection's first answer, with no connection ever answering a
-# second: from the third on, the target's close racing our write (Conn.close_raced).
-FIRST_ANSWER_RESETS = 3
+# Resets right after a connection's N-th answer, every one at the same N and no connection
+# ever answering more: from the third on, the target's close racing our write
+# (Conn.close_raced).
+CLOSE_RESETS = 3
 HEAD_MAX_BYTES = 65_536  # how much of a response is kept to read its headers at a close
 # A 4xx/5xx answer keeps reading into ``head`` past its headers (bounded by HEAD_MAX_BYTES)
 # so that its body can be sampled; told by the status line's first digit: "HTTP/1.1 4".
@@ -78,6 +81,7 @@ class StreamOwner(Protocol):
     # seq -> (cached prompt tokens, llama.cpp timings), for rows where the server said
     server_notes: dict[int, tuple[int | None, Timings | None]]
     samples: ErrorSamples
+    closing: bool  # the run is ending: nothing is sent again
 
 
 class ConnPool(Protocol):
@@ -90,11 +94,17 @@ class ConnPool(Protocol):
     waiting: deque[tuple[RecordBlock, int]]
     stray_answers: int
     keepalive_closes: int
-    kept_alive: bool
-    first_answer_resets: int
+    most_served: int
+    close_after: int
+    close_resets: int
+    doubted: deque[tuple[RecordBlock, int, int]]
 
     @property
     def owner(self) -> StreamOwner: ...
+
+    def settle_doubts(self, raced: bool) -> None:
+        """Send the held requests again (``raced``) or book each a reset."""
+        ...
 
     def start_waiting(self, conn: Conn) -> None: ...
 
@@ -283,8 +293,10 @@ class Conn(asyncio.Protocol):
         block.bytes_in[j] = self.nbytes
         self.block = None
         self.served += 1
-        if self.served == 2:
-            self.pool.kept_alive = True  # the target does keep connections alive
+        if self.served > self.pool.most_served:
+            self.pool.most_served = self.served  # the target keeps connections this long
+            if self.pool.doubted:
+                self.pool.settle_doubts(False)  # it does not close after fewer answers
         self.pool.on_done(block, j)
         # Released once the parser is done with this read, never from inside its callback:
         # a request sent now would be credited with what the read holds after this answer.
@@ -316,18 +328,34 @@ class Conn(asyncio.Protocol):
         target's keep-alive close meeting our write (a socket closed with our request
         unread in it answers with a reset, not a FIN). It is, once this target has been
         seen closing reused connections in order, or once it has reset
-        :data:`FIRST_ANSWER_RESETS` connections right after their first answer while no
-        connection of it ever answered a second request (it closes after every answer,
-        whatever it announces; a closed-loop user can meet the reset every time, and
-        then no FIN is ever seen). Before that, a reset is a failure."""
+        :data:`CLOSE_RESETS` connections right after their N-th answer, every reset of it
+        so far at that same N, while no connection of it ever answered more (it closes
+        after N answers, whatever it announces; a closed-loop user can meet the reset every
+        time, and then no FIN is ever seen). Before that, a reset is a failure."""
         if not isinstance(exc, ConnectionResetError):
             return False
         pool = self.pool
-        if self.served == 1 and not pool.kept_alive:
-            pool.first_answer_resets += 1
+        n = self.served
+        if pool.close_after == 0:
+            pool.close_after = n
+        if pool.close_after == n:
+            pool.close_resets += 1
+        else:
+            pool.close_after = -1  # resets at different counts: not one closing pattern
+            if pool.doubted:
+                pool.settle_doubts(False)
         if pool.keepalive_closes > 0:
             return True
-        return not pool.kept_alive and pool.first_answer_resets >= FIRST_ANSWER_RESETS
+        regular = pool.close_after == n and pool.most_served == n
+        return regular and pool.close_resets >= CLOSE_RESETS
+
+    def may_race(self) -> bool:
+        """After :meth:`close_raced` said no to a reset: whether the closing pattern is
+        still possible (every reset so far after this connection's count of answers, and
+        no connection answering more), so that more resets may yet tell it."""
+        pool = self.pool
+        n = self.served
+        return pool.close_after == n and pool.most_served == n and not pool.owner.closing
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -337,6 +365,12 @@ class Conn(asyncio.Protocol):
         if block is None:
             if orderly and self.served and self in pool.idle:
                 pool.keepalive_closes += 1  # the target closed a connection kept for reuse
+                if pool.doubted:
+                    pool.settle_doubts(True)
+        elif isinstance(exc, ConnectionResetError) and (not self.served or self.nbytes):
+            pool.close_after = -1  # a reset no keep-alive close explains (close_raced)
+            if pool.doubted:
+                pool.settle_doubts(False)
         elif self.served and not self.nbytes and (orderly or self.close_raced(exc)):
             # Closed under a request it never answered, after serving others: the
             # server's close raced our write (module docstring).
@@ -344,9 +378,18 @@ class Conn(asyncio.Protocol):
                 pool.keepalive_closes += 1
             pool.discard(self)
             self.block = None
+            if pool.doubted:
+                pool.settle_doubts(True)  # the resets held meanwhile were that race too
             if pool.retry(block, self.j):
                 return
             self.block = block
+        elif self.served and not self.nbytes and self.may_race():
+            # A reset that fits the closing pattern before it is told: held until it is
+            # (sent again then), or booked a reset at this instant (Pool.settle_doubts).
+            pool.discard(self)
+            self.block = None
+            pool.doubted.append((block, self.j, now_ns() - pool.t0))
+            return
         if block is not None and exc is None and ends_at_close(self.head):
             # HTTP/1.1 allows a body that ends when the server closes: the close is the
             # answer's end, read as any other end (a stream's tokens, its truncation).

@@ -35,6 +35,20 @@ from tailwise.proxy.faults import Faults
 from tailwise.proxy.pipe import Pipe
 from tailwise.proxy.truth import Exchange
 
+MAX_PIPELINED = 32  # requests parsed ahead of their answers, per connection
+
+
+def _through_heads(held: bytearray, n: int) -> int:
+    """How much of ``held`` to parse now: through the end of the ``n``-th request head in it
+    (a blank line; one inside a body only cuts sooner), or all of it when it has fewer."""
+    end = 0
+    for _ in range(n):
+        i = held.find(b"\r\n\r\n", end)
+        if i < 0:
+            return len(held)
+        end = i + 4
+    return end
+
 
 class Hub(Protocol):
     """What a link needs from the proxy it belongs to (:class:`tailwise.proxy.server.Proxy`).
@@ -129,6 +143,7 @@ class Link:
         self.tunnel = ""  # why this connection is a plain tunnel ("" while HTTP is followed)
         self.wants_tunnel = ""
         self.cut = False
+        self.held = bytearray()  # the client's bytes not yet parsed (a deep pipeline waits here)
         self.closed_by = ""
         self.requests = 0
 
@@ -143,10 +158,41 @@ class Link:
         self.begun.append(ex)
 
     def from_client(self, data: bytes) -> None:
-        t = self.proxy.now()
         if self.black_hole is not None:
             self.black_hole.bytes_up += len(data)
             return
+        if self.tunnel:
+            self._forward(data)
+            return
+        self.held += data
+        self._feed()
+
+    def _feed(self) -> None:
+        """Parse and forward held bytes a slice at a time while few requests are owed answers.
+
+        A client that pipelines thousands of requests is read no further than
+        :data:`MAX_PIPELINED` requests ahead of their answers: the rest of its read
+        waits here, unparsed, and its socket is not read meanwhile.
+        """
+        held = self.held
+        while held and (self.tunnel or len(self.pending) < MAX_PIPELINED):
+            if self.black_hole is not None or self.client.is_closing():
+                held.clear()
+                break
+            budget = MAX_PIPELINED - len(self.pending)
+            size = len(held) if self.tunnel else _through_heads(held, budget)
+            if size == len(held):
+                piece = bytes(held)
+                held.clear()
+            else:
+                piece = bytes(held[:size])
+                del held[:size]
+            self._forward(piece)
+        self.up.hold(bool(held))
+
+    def _forward(self, data: bytes) -> None:
+        """Follow ``data``'s requests (unless a tunnel), then send it on when due."""
+        t = self.proxy.now()
         if not self.tunnel:
             self._parse(self.req_parser, data)
         begun, self.begun = self.begun, []
@@ -257,6 +303,8 @@ class Link:
         )
         ex.stall_ns += stalled
         ex.shaped_ns += shaped
+        if done is ex and self.held:
+            self._feed()  # an answer is in: a request pipelined behind it may go
 
     def _first_out(self, ex: Exchange) -> Any:
         def mark(t: int) -> None:

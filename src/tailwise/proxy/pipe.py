@@ -44,6 +44,7 @@ class Pipe:
         self.last_release_ns = 0
         self.link_free_ns = 0
         self.dest_blocked = False
+        self.held = False  # the source's bytes wait unparsed upstream of this pipe
         self.closed = False
         self._paused = False
         self._timer: asyncio.TimerHandle | None = None
@@ -124,10 +125,11 @@ class Pipe:
             return
         if self.source.is_closing():
             return
-        if not self._paused and (self.queued_bytes > HIGH_WATER or self.dest_blocked):
+        blocked = self.dest_blocked or self.held
+        if not self._paused and (self.queued_bytes > HIGH_WATER or blocked):
             self._paused = True
             self.source.pause_reading()
-        elif self._paused and self.queued_bytes < LOW_WATER and not self.dest_blocked:
+        elif self._paused and self.queued_bytes < LOW_WATER and not blocked:
             self._paused = False
             self.source.resume_reading()
 
@@ -139,6 +141,11 @@ class Pipe:
     def set_blocked(self, blocked: bool) -> None:
         """The destination's write buffer filled (or drained)."""
         self.dest_blocked = blocked
+        self._flow()
+
+    def hold(self, held: bool) -> None:
+        """Bytes of the source wait before this pipe (unparsed): don't read more meanwhile."""
+        self.held = held
         self._flow()
 
     def close(self) -> None:

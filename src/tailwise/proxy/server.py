@@ -3,13 +3,17 @@
 It binds 127.0.0.1 unless told otherwise, prints ``listening on URL`` once it
 accepts connections, and stops after ``lifetime`` or on SIGINT/SIGTERM; either
 way every request still open is logged (``unfinished``, or ``dropped`` for a
-swallowed one) and the ground-truth file ends with an ``end`` line.
+swallowed one) and the ground-truth file ends with an ``end`` line. It serves at
+most ``max_connections`` clients at once (:class:`Acceptor`); the others wait in
+the listen backlog, so memory is bounded whatever the flood.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import resource
 import signal
 import socket
 import sys
@@ -26,6 +30,20 @@ from tailwise.proxy.link import Link
 from tailwise.proxy.truth import FLUSH_S, Exchange, TruthLog
 
 CONNECT_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 4096  # client connections served at once, unless the file limit allows fewer
+ACCEPT_BURST = 64  # connections accepted per wake-up of the listening socket
+RETRY_ACCEPT_S = 0.1  # after the system ran out of descriptors or buffers
+
+
+def default_max_connections() -> int:
+    """:data:`MAX_CONNECTIONS`, or fewer when the open-file limit would run out first.
+
+    Each client connection takes two descriptors (it and its connection to the target).
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(1, min(MAX_CONNECTIONS, (soft - 64) // 2))
 
 
 @dataclass(frozen=True)
@@ -34,6 +52,7 @@ class ProxyConfig:
     upstream: tuple[str, int]
     faults: Faults
     log_path: Path | None = None
+    max_connections: int = 0  # 0: default_max_connections()
 
 
 class Proxy:
@@ -49,6 +68,7 @@ class Proxy:
         self.upstream_address = cfg.upstream
         self._n_requests = 0
         self._n_links = 0
+        self.acceptor: Acceptor | None = None
 
     def now(self) -> int:
         """Proxy time: ns since the proxy started."""
@@ -76,6 +96,8 @@ class Proxy:
 
     def link_closed(self, link: Link, t_ns: int) -> None:
         self.links.discard(link)
+        if self.acceptor is not None:
+            self.acceptor.closed_one()
         self.truth.write(
             {
                 "kind": "connection",
@@ -112,6 +134,8 @@ class Proxy:
 
     async def stop(self) -> None:
         """Log what is still open, let the closed connections report, end the log."""
+        if self.acceptor is not None:
+            self.acceptor.close()
         for link in list(self.links):
             link.shut()
         for _ in range(3):  # aborted transports report their loss on the next iterations
@@ -182,6 +206,102 @@ def _nodelay(transport: Any) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+class Acceptor:
+    """Accepts client connections while fewer than ``limit`` are open.
+
+    At the limit it stops accepting: further connections wait in the listen backlog
+    (their connect takes longer, which the client measures) and are accepted as open
+    ones close. When the system runs out of descriptors or buffers it waits
+    :data:`RETRY_ACCEPT_S` and tries again: a flood slows the proxy, never stops it.
+    """
+
+    def __init__(self, sock: socket.socket, proxy: Proxy, limit: int) -> None:
+        self.sock = sock
+        self.proxy = proxy
+        self.limit = limit
+        self.open = 0  # accepted and not yet closed
+        self.reading = False
+        self.closed = False
+        self.loop = asyncio.get_running_loop()
+        self.full_said = False
+
+    def start(self) -> None:
+        if not self.reading and not self.closed:
+            self.loop.add_reader(self.sock.fileno(), self._accept)
+            self.reading = True
+
+    def _pause(self) -> None:
+        if self.reading:
+            self.loop.remove_reader(self.sock.fileno())
+            self.reading = False
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BURST):
+            if self.open >= self.limit:
+                self._pause()
+                self._say_full()
+                return
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._pause()
+                    self.loop.call_later(RETRY_ACCEPT_S, self.start)
+                    return
+                continue  # ECONNABORTED and the like: that client is gone
+            conn.setblocking(False)
+            self.open += 1
+            self.loop.create_task(self._serve(conn))
+
+    async def _serve(self, conn: socket.socket) -> None:
+        try:
+            await self.loop.connect_accepted_socket(lambda: ClientSide(self.proxy), conn)
+        except OSError:
+            conn.close()
+            self.closed_one()
+
+    def closed_one(self) -> None:
+        self.open -= 1
+        if not self.reading and self.open < self.limit:
+            self.start()
+
+    def _say_full(self) -> None:
+        if not self.full_said:
+            self.full_said = True
+            print(
+                f"proxy: {self.limit} connections open; further ones wait to be accepted",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        self._pause()
+        self.closed = True
+        self.sock.close()
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A non-blocking listening socket on ``host:port`` (BadInput if it cannot be had)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos.sort(key=lambda info: info[0] != socket.AF_INET)  # IPv4 first: "localhost"
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise BadInput("--listen", f"{host}:{port}", f"a free address ({exc})") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(4096)
+    except OSError as exc:
+        sock.close()
+        raise BadInput("--listen", f"{host}:{port}", f"a free address ({exc.strerror})") from None
+    sock.setblocking(False)
+    return sock
+
+
 async def connect_upstream(link: Link, address: tuple[str, int], timeout_s: float) -> None:
     """Open the target's side for ``link``; a failure closes the client's side."""
     loop = asyncio.get_running_loop()
@@ -208,12 +328,10 @@ async def run_proxy(
     loop = asyncio.get_running_loop()
     proxy = Proxy(cfg)
     await proxy.resolve()
-    host, port = cfg.listen
-    try:
-        server = await loop.create_server(lambda: ClientSide(proxy), host, port, backlog=4096)
-    except OSError as exc:
-        raise BadInput("--listen", f"{host}:{port}", f"a free address ({exc.strerror})") from None
-    bound = server.sockets[0].getsockname()[:2]
+    sock = listen_socket(*cfg.listen)
+    bound = sock.getsockname()[:2]
+    proxy.acceptor = Acceptor(sock, proxy, cfg.max_connections or default_max_connections())
+    proxy.acceptor.start()
     proxy.truth.write(proxy.start_line(bound))
     proxy.truth.flush()
     stop = asyncio.Event()
@@ -224,7 +342,6 @@ async def run_proxy(
     on_listening(f"http://{bound[0]}:{bound[1]}")
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), lifetime_s)
-    server.close()
     flusher.cancel()
     await proxy.stop()
     return proxy
