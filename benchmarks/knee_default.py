@@ -124,9 +124,12 @@ History: with fixed 10 s trials (2026-11-20) the same M/M/1 command reported
 40/s and 42.5/s (+15%, +23%); with sequential trials and bisection
 (2026-11-24) 32.34/s (0.933) with a band of 22.4 to 70.8/s in 21.3 minutes (M/M/4:
 152.54/s, 128 to 206/s, 7.0 min): bisection spent trial after trial near the knee,
-where no sample decides, each to its cap. What a band's end costs is the queue's:
-showing a p99 at 0.7x its threshold with no miss needs about 270 x f requests, f the
-memory of the misses (about 10 at 60% load on M/M/1), i.e. 2-3 minutes at ~27/s.
+where no sample decides, each to its cap; with placed trials (2026-11-27 15:14) M/M/1
+0.969 in 12.1 min, M/M/2 1.017 in 11.4 min (both low ends 0.66-0.74x), M/M/4
+(`p95(latency)<=100ms`) 0.905, band 121 to 179/s, in 3.0 min. What a band's end
+costs is the queue's: showing a p99 at 0.7x its threshold with no miss needs about
+270 x f requests, f the memory of the misses (about 10 at 60% load on M/M/1), i.e.
+2-3 minutes at ~27/s.
 {end}"""
     write_block(begin, end, block)
 

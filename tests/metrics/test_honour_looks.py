@@ -12,36 +12,16 @@ from tailwise.metrics.intervals import honour_looks
 from tailwise.metrics.slo import parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.records import Records
+from tests.synthetic import make_records
 
 SPEC = "p99(latency)<=300ms"
 SETTLED = f"decided after 8192 requests (look 7): {SPEC} pass"
 
 
 def _records(latency_ms: np.ndarray) -> Records:
-    n = len(latency_ms)
-    sched = np.arange(n, dtype=np.int64) * 10_000_000  # 100/s
-    done = sched + (latency_ms * 1e6).astype(np.int64)
-    absent = np.full(n, -1, np.int64)
-    return Records(
-        seq=np.arange(n, dtype=np.int64),
-        parent=absent.copy(),
-        worker=np.zeros(n, np.int64),
-        scheduled_ns=sched,
-        sent_ns=sched.copy(),
-        first_byte_ns=done.copy(),
-        first_token_ns=absent.copy(),
-        done_ns=done,
-        status=np.full(n, 200, np.int64),
-        error=np.zeros(n, np.int16),
-        bytes_out=np.zeros(n, np.int64),
-        bytes_in=np.zeros(n, np.int64),
-        input_tokens=absent.copy(),
-        output_tokens=absent.copy(),
-        replica=np.zeros(n, np.int64),
-        in_window=np.ones(n, dtype=bool),
-        chunk_times=[None] * n,
-        capped=np.zeros(n, np.int8),
-    )
+    sched = np.arange(len(latency_ms), dtype=np.int64) * 10_000_000  # 100/s
+    lat = (latency_ms * 1e6).astype(np.int64)
+    return make_records(sched, lat, [""] * len(sched), (0, int(sched[-1]) + 1))
 
 
 def _summary(latency_ms: np.ndarray, sequential: dict[str, Any] | None) -> dict[str, Any]:
