@@ -57,7 +57,7 @@ class ExitCode(IntEnum):
 
 EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.PASS: "pass",
-    ExitCode.FAIL: "an SLO failed (compare: a regression)",
+    ExitCode.FAIL: "an SLO failed",
     ExitCode.BAD_INPUT: "bad input",
     ExitCode.INVALID: "invalid run",
     ExitCode.INTERNAL: "internal error",
@@ -66,7 +66,7 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.REFUSED: "the target refused the preflight request",
     ExitCode.UNTRUSTED: "an answer from an untrusted model",
     ExitCode.HOST: "this machine failed",
-    ExitCode.ABORTED: "aborted (Ctrl-C before a run began)",
+    ExitCode.ABORTED: "aborted: Ctrl-C before a run began",
 }
 
 

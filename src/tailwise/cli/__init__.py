@@ -16,7 +16,7 @@ docs/run.md#exit-codes; tests/test_exit_codes.py checks this list against it):
 - 7 the target refused the preflight request
 - 8 an answer from an untrusted model
 - 9 this machine failed
-- 130 aborted (Ctrl-C before a run began)
+- 130 aborted: Ctrl-C before a run began
 """
 
 from __future__ import annotations
