@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 
 from tailwise.capacity import llm_idle_ttft_s, llm_saturated_rps, llm_saturated_rps_upper
+from tailwise.errors import ExitCode
 from tailwise.laws.llm import EngineConfig
 from tailwise.loadgen.runner import RunOptions
 from tailwise.loadgen.sweep import Step, Sweep
@@ -113,7 +114,8 @@ def run_demo(
         console.print(f"[dim]took      {time.monotonic() - started:.0f} s[/dim]\n")
         _explain(console, doc, capacity)
         _next_steps(console, out_dir)
-        return 0 if doc["knee_rps"] is not None and not sweep.note else 3
+        found = doc["knee_rps"] is not None and not sweep.note
+        return ExitCode.PASS if found else ExitCode.INVALID
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -11,7 +11,8 @@
   renames it over the target (atomic on POSIX), so an interrupted or failed
   write leaves the old file or none, never a truncated one. A failure to write
   (disk full, read-only directory) is :class:`OutputError`: one line naming the
-  file and the reason.
+  file and the reason; exit code 9 for a full disk (this machine failed), 2 for a
+  place that cannot be written (a bad ``--out``).
 * :class:`SpaceReserve` holds disk space for a run's last files while it runs.
 """
 
@@ -28,7 +29,14 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from tailwise import credentials, limits
-from tailwise.errors import BadInput
+from tailwise.errors import (
+    NO_SPACE_ERRNOS,
+    BadInput,
+    ExitCode,
+    HostFailure,
+    TailwiseError,
+    one_line,
+)
 from tailwise.limits import (
     LIMITS_DOC,
     MAX_SCENARIO_BYTES,
@@ -38,15 +46,20 @@ from tailwise.limits import (
 )
 
 
-class OutputError(BadInput):
-    """An output could not be written (disk full, read-only, a missing directory)."""
+class OutputError(TailwiseError):
+    """An output could not be written (disk full, read-only, a missing directory). Its
+    exit code says whose fault: 9 (:attr:`ExitCode.HOST`) when the disk is full (no
+    space, quota, file-size limit, an I/O error), 2 (bad input) otherwise."""
 
     def __init__(self, path: Path | str, exc: OSError, note: str = "") -> None:
         self.reason = exc.strerror or type(exc).__name__
         self.os_error = exc
-        expected = f"a writable place for this file ({self.reason})"
-        super().__init__("--out", str(path), expected + (f"; {note}" if note else ""))
+        self.field, self.given = "--out", str(path)
+        self.expected = f"a writable place for this file ({self.reason})"
+        self.expected += f"; {note}" if note else ""
+        super().__init__(one_line(self.field, self.given, self.expected))
         self.path = Path(path)
+        self.exit_code = ExitCode.HOST if exc.errno in NO_SPACE_ERRNOS else ExitCode.BAD_INPUT
 
 
 def read_bounded_bytes(
@@ -264,7 +277,9 @@ def output_directory(path: Path, *, force: bool, field: str = "--out", create: b
         os.unlink(probe)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise BadInput(field, str(path), f"a directory tailwise can write to ({reason})") from None
+        # A full disk is this machine's failure, not a bad --out (exit 9, not 2).
+        error = HostFailure if exc.errno in NO_SPACE_ERRNOS else BadInput
+        raise error(field, str(path), f"a directory tailwise can write to ({reason})") from None
     return path
 
 

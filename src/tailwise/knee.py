@@ -55,14 +55,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tailwise import knee_law
-from tailwise.errors import TailwiseError
+from tailwise.errors import ExitCode, TailwiseError
 from tailwise.metrics.verdict import point_passed, settled
 
 
 class KneeAborted(TailwiseError):
     """A trial could not be judged (generator saturated, interrupted); the reason says which."""
 
-    exit_code = 3
+    exit_code = ExitCode.INVALID
 
     def __init__(self, message: str, result: KneeResult | None = None) -> None:
         super().__init__(message)

@@ -307,3 +307,25 @@ def test_a_lost_slo_stops_every_worker(loopback: Loopback, tmp_path: Path) -> No
     assert s["window"]["end_s"] < 5
     assert not math.isnan(s["latency_ms"]["p99"]) and s["latency_ms"]["p99"] > 10
     assert_totals_are_sums(s)
+
+
+# ---- a worker that does not start: this machine failed, not the input (exit 9) ---------
+
+
+@pytest.mark.parametrize("message", [("died", "exit code -9"), ("error", "OSError: boom")])
+def test_a_worker_that_fails_to_start_exits_9_not_bad_input(
+    message: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tailwise.loadgen import scale_pool
+
+    monkeypatch.setattr(scale_pool.LocalPool, "launch", lambda self, specs: None)
+    monkeypatch.setattr(scale_pool.LocalPool, "poll", lambda self, timeout_s: [(0, message)])
+    argv = ["run", "http://127.0.0.1:9/", "--rate", "10/s", "--requests", "10"]
+    argv += ["--workers", "2", "--no-preflight", "--out", str(tmp_path / "run"), "-q"]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 9 and err.count("\n") == 1, err
+    assert f"tailwise: error: --workers: got 'worker 0: {message[1]}'" in err
+    assert "expected workers that start" in err

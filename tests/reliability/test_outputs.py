@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tailwise import files
-from tailwise.errors import BadInput
+from tailwise.errors import BadInput, ExitCode, HostFailure
 from tailwise.files import OutputError, atomic_write_text, output_directory
 from tailwise.loadgen import conclude
 from tailwise.loadgen.runner import RunOptions, execute, prepare
@@ -58,10 +58,52 @@ def test_a_failed_write_leaves_the_old_file_whole(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]  # no temp left
 
 
-def test_the_error_is_one_line_and_a_bad_input(tmp_path: Path) -> None:
+def test_the_error_is_one_line_and_its_exit_code_says_whose_fault(tmp_path: Path) -> None:
+    """A place that cannot be written is a bad --out (exit 2); a full disk is this
+    machine's failure (exit 9), never "bad input"."""
     exc = OutputError(tmp_path / "x", OSError(errno.EROFS, "Read-only file system"))
-    assert isinstance(exc, BadInput) and "\n" not in str(exc)
+    assert "\n" not in str(exc) and exc.exit_code == ExitCode.BAD_INPUT == 2
     assert "--out" in str(exc) and "Read-only file system" in str(exc)
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+        full = OutputError(tmp_path / "x", OSError(code, os.strerror(code)))
+        assert full.exit_code == ExitCode.HOST == 9 and not isinstance(full, BadInput)
+        assert "\n" not in str(full) and os.strerror(code) in str(full)
+
+
+def test_a_full_disk_at_the_end_exits_9_not_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's handler reads the error's exit code: no room for summary.json is 9."""
+    real = conclude.atomic_write_text
+    out = tmp_path / "run"
+
+    def no_space_for_the_summary(path: Path, text: str) -> None:
+        if path.parent == out:
+            raise OutputError(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        real(path, text)
+
+    monkeypatch.setattr(conclude, "atomic_write_text", no_space_for_the_summary)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "temp"))
+    (tmp_path / "temp").mkdir()
+    monkeypatch.setattr(conclude.tempfile, "tempdir", None)
+    argv = ["run", URL, "--rate", "50/s", "--requests", "5", "--out", str(out), "-q"]
+    argv += ["--no-preflight"]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 9 and err.count("\n") == 1, err
+    assert err.startswith("tailwise: error: --out:") and "No space left on device" in err
+    assert "were saved in" in err
+
+
+def test_a_full_disk_when_the_out_directory_is_probed_exits_9(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", full)
+    with pytest.raises(HostFailure, match="No space left on device") as caught:
+        output_directory(tmp_path / "run", force=False)
+    assert caught.value.exit_code == 9 and not isinstance(caught.value, BadInput)
 
 
 def test_disk_full_at_the_end_rescues_the_measurement(

@@ -3,9 +3,20 @@
 One module per command group (measure, simulate, plan, calibrate, reports, proxy,
 demo), shared options in options.py, the group itself in app.py.
 
-Exit codes: 0 pass, 1 an SLO failed, 2 bad input, 3 invalid run, 4 internal error,
-5 inconclusive, 6 target unreachable, 7 the target refused the preflight request,
-8 an answer from an untrusted model (a POOR calibrated fit, or beyond its measured range).
+Exit codes (one list, :class:`tailwise.errors.ExitCode`; the full table is in
+docs/run.md#exit-codes; tests/test_exit_codes.py checks this list against it):
+
+- 0 pass
+- 1 an SLO failed (compare: a regression)
+- 2 bad input
+- 3 invalid run
+- 4 internal error
+- 5 inconclusive
+- 6 target unreachable
+- 7 the target refused the preflight request
+- 8 an answer from an untrusted model
+- 9 this machine failed
+- 130 aborted: Ctrl-C before a run began
 """
 
 from __future__ import annotations
@@ -16,13 +27,14 @@ import sys
 import click
 
 from tailwise.cli.app import cli
-from tailwise.errors import BadInput, PreflightFailed
+from tailwise.errors import ExitCode, PreflightFailed, TailwiseError
 
 __all__ = ["cli", "main"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user mistakes become one line on stderr and exit code 2; a closed
+    """Entry point: an error tailwise raises on purpose becomes one line on stderr and
+    its own exit code (bad input 2, a full disk 9, ...); a closed
     pipe (``| head``) ends the output quietly and leaves the command's own exit code;
     every secret value given to this process is scrubbed from what it prints."""
     from tailwise import credentials
@@ -46,20 +58,19 @@ def _main(argv: list[str] | None) -> None:
         args = list(sys.argv[1:] if argv is None else argv)
         # The command line as typed, for the metadata a report shows (secrets removed there).
         cli.main(args=argv, prog_name="tailwise", standalone_mode=False, obj={"argv": args})
-    except BadInput as exc:
-        click.echo(f"tailwise: error: {exc}", err=True)
-        sys.exit(2)
-    except PreflightFailed as exc:
-        # The target refused or could not be reached before the run began: one line.
-        click.echo(f"tailwise: {exc}", err=True)
+    except TailwiseError as exc:
+        # One line, and the exit code the error carries: the one place that reads it.
+        # (The preflight's message names itself: "preflight: ...".)
+        label = "" if isinstance(exc, PreflightFailed) else "error: "
+        click.echo(f"tailwise: {label}{exc}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("tailwise: aborted", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.ABORTED)
     except click.UsageError as exc:
         where = f"{exc.ctx.command_path}: " if exc.ctx else ""
         click.echo(f"tailwise: error: {where}{exc.format_message()} (see --help)", err=True)
-        sys.exit(2)
+        sys.exit(ExitCode.BAD_INPUT)
     except click.ClickException as exc:
         click.echo(f"tailwise: error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
@@ -71,4 +82,4 @@ def _main(argv: list[str] | None) -> None:
         click.echo(
             "tailwise: internal error (exit 4); please report it with the output above", err=True
         )
-        sys.exit(4)
+        sys.exit(ExitCode.INTERNAL)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from tailwise.errors import ExitCode
+
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, metavar="RUN_OR_SWEEP_DIR...")
@@ -78,4 +80,4 @@ def calibrate(
         click.echo(json.dumps(cal.to_json(), indent=2))
     else:
         print_plan(as_plan(cal, written))
-    sys.exit(1 if cal.goodness.poor else 0)
+    sys.exit(ExitCode.FAIL if cal.goodness.poor else ExitCode.PASS)

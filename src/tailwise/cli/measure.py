@@ -12,7 +12,7 @@ import click
 
 from tailwise.cli.options import invoked_argv, run_options
 from tailwise.cli.run_extras import dashboard, dashboard_args, preflight, shown_target
-from tailwise.errors import BadInput
+from tailwise.errors import BadInput, ExitCode
 from tailwise.files import OutputError, atomic_write_text, output_directory
 from tailwise.units import parse_confidence
 
@@ -170,7 +170,8 @@ def sweep(
     report = sweep_report(out_dir) if runner.steps else ""
     if report and not quiet:
         click.echo(f"report    {report}", err=as_json)
-    sys.exit(3 if runner.note.startswith(("stopped", "interrupted")) else 0)
+    stopped = runner.note.startswith(("stopped", "interrupted"))
+    sys.exit(ExitCode.INVALID if stopped else ExitCode.PASS)
 
 
 def _sweep_steps(
@@ -331,7 +332,7 @@ def knee(
         trial, resolution=res, repeats=repeats, on_trial=on_trial, confirm=confirm,
         place=repeats == 0,
     )  # fmt: skip
-    code = 0
+    code = ExitCode.PASS
     try:
         with dashboard(port, f"knee {out_dir}") as board:
             boards.extend([board] if board is not None else [])
@@ -339,8 +340,8 @@ def knee(
     except KneeAborted as exc:
         if exc.result is None:
             click.echo(f"tailwise: knee: {exc}", err=True)
-            sys.exit(3)
-        result, code = exc.result, 3
+            sys.exit(exc.exit_code)
+        result, code = exc.result, ExitCode(exc.exit_code)
     doc = result.to_json(slo_specs)
     doc["confidence"] = float(opts.confidence) if not scenario else 0.95
     if first_answer is not None:

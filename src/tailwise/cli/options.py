@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
+from tailwise.errors import ExitCode
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -279,7 +281,7 @@ def json_flag(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")(f)
 
 
-def emit_plan(result: Any, as_json: bool, code: int = 0) -> None:
+def emit_plan(result: Any, as_json: bool, code: int = ExitCode.PASS) -> None:
     """Print a plan's result as a table, or as JSON with --json; exit ``code`` (0)."""
     from tailwise.report.plan import print_plan
 

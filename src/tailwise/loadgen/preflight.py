@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tailwise.errors import PreflightFailed, excerpt
+from tailwise.errors import ExitCode, PreflightFailed, excerpt
 from tailwise.loadgen import openai
 from tailwise.loadgen.http import connect_failure
 from tailwise.loadgen.prepare import Prepared
@@ -44,8 +44,8 @@ from tailwise.loadgen.targets import Target, render
 
 MESSAGE_CHARS = 200
 MAX_BODY_BYTES = 65_536  # an error page or a 1-token answer; never read further
-EXIT_UNREACHABLE = 6  # as a run where no request could connect
-EXIT_REFUSED = 7  # the target answered, but not with what the run needs
+EXIT_UNREACHABLE = ExitCode.UNREACHABLE  # as a run where no request could connect
+EXIT_REFUSED = ExitCode.REFUSED  # the target answered, but not with what the run needs
 
 
 @dataclass(frozen=True)

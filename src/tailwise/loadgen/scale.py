@@ -45,7 +45,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from tailwise.errors import BadInput
+from tailwise.errors import BadInput, WorkerStartFailed
 from tailwise.files import OutputError, SpaceReserve, atomic_write_text
 from tailwise.loadgen import live
 from tailwise.loadgen import scale_merge as merge
@@ -152,14 +152,18 @@ class Driver:
         waiting = set(range(self.count))
         while waiting:
             if time.monotonic() > deadline:
-                raise BadInput(_flag(self.pool), f"{len(waiting)} workers", "workers that start")
+                raise WorkerStartFailed(
+                    _flag(self.pool), f"{len(waiting)} workers", "workers that start"
+                )
             for k, (kind, arg) in self.pool.poll(0.5):
                 w = self.states[k]
                 if kind == "ready":
                     w.host, w.pid, w.max_in_flight = arg["host"], arg["pid"], arg["max_in_flight"]
                     waiting.discard(k)
                 elif kind in ("error", "died"):
-                    raise BadInput(_flag(self.pool), f"worker {k}: {arg}", "workers that start")
+                    raise WorkerStartFailed(
+                        _flag(self.pool), f"worker {k}: {arg}", "workers that start"
+                    )
 
     def start(self) -> None:
         self.t0_unix_ns = time.time_ns() + int(self.pool.lead_s * 1e9)

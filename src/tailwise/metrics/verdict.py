@@ -38,11 +38,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tailwise.errors import ExitCode
+
 UNREACHABLE_KINDS = frozenset({"connect", "tls"})
 FD_EXHAUSTED = ("too many open files",)
 SHORT_SEND_SHARE = 0.99  # achieved send rate below this share of offered: load fell short
-EXIT_CODES = {"pass": 0, "fail": 1, "invalid": 3, "inconclusive": 5}
-CAUSE_EXIT_CODES = {"target_unreachable": 6}
+EXIT_CODES = {
+    "pass": ExitCode.PASS,
+    "fail": ExitCode.FAIL,
+    "invalid": ExitCode.INVALID,
+    "inconclusive": ExitCode.INCONCLUSIVE,
+}
+CAUSE_EXIT_CODES = {"target_unreachable": ExitCode.UNREACHABLE}
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ def settled(summary: dict[str, Any]) -> str:
 def exit_code(summary: dict[str, Any]) -> int:
     """The CLI's exit code for a summary: by verdict, or by cause where one has its own."""
     cause = summary.get("verdict_cause") or ""
-    return CAUSE_EXIT_CODES.get(cause, EXIT_CODES.get(summary["verdict"], 3))
+    return CAUSE_EXIT_CODES.get(cause, EXIT_CODES.get(summary["verdict"], ExitCode.INVALID))
 
 
 def _value_text(entry: dict[str, Any]) -> str:

@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
         records = read_jsonl(run / "records.jsonl" if run.is_dir() else run)
         _, truth = read_truth(a.truth)
     except BadInput as exc:
-        sys.exit(f"tailwise: error: {exc}")
+        print(f"tailwise: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
     check = check_run(records, truth)
     print(json.dumps(check.as_dict(), indent=2) if a.json else format_check(check))
 

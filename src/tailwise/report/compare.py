@@ -27,7 +27,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from tailwise.errors import BadInput
+from tailwise.errors import BadInput, ExitCode
 from tailwise.metrics.catalog import CATALOG
 from tailwise.report.workload import differences, run_workload, sweep_workload
 from tailwise.units import parse_fraction
@@ -143,8 +143,8 @@ class Comparison:
     def exit_code(self) -> int:
         """3 when either side is invalid, else 1 on any regression, else 0."""
         if self.invalid:
-            return 3
-        return 1 if self.regressions else 0
+            return ExitCode.INVALID
+        return ExitCode.FAIL if self.regressions else ExitCode.PASS
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -161,7 +161,7 @@ class Comparison:
             "invalid": self.invalid,
             "notes": self.notes,
             "warnings": self.warnings,
-            "exit_code": self.exit_code,
+            "exit_code": int(self.exit_code),
         }
 
 

@@ -30,12 +30,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tailwise.errors import BadInput, excerpt
+from tailwise.errors import BadInput, ExitCode, excerpt
 from tailwise.sim.llm_scenario import token_range
 from tailwise.sim.scenario import Scenario
 from tailwise.units import parse_rate_rps
 
-UNTRUSTED_EXIT = 8  # an answer given from a model that does not fit, or beyond its range
+UNTRUSTED_EXIT = (
+    ExitCode.UNTRUSTED
+)  # an answer given from a model that does not fit, or beyond its range
 ACCEPT_FLAG = "--accept-poor-fit"
 
 
