@@ -395,26 +395,33 @@ def refine(
     on_step: Callable[[int, float], None] | None = None,
 ) -> tuple[dict[str, float], float]:
     """A pattern search (Hooke and Jeeves, in log space) from ``start``: each parameter
-    is scaled up and down by a factor that halves whenever no move improves.
+    is scaled up and down by a factor of its own, which halves whenever neither move
+    improves (the direction that last helped is tried first).
+
+    One factor for all, halved only when no parameter moved, let a parameter that
+    keeps gaining a little (a delay creeping to 0 by a quarter a pass) hold the others
+    at their coarsest moves until the evaluations ran out: a flat server's base step
+    stayed 4% off, where 1% from the truth scored 0.03 instead of 0.17.
 
     The simulator's seeds are fixed, so the objective is deterministic and a move
     that helps helps for real, not by luck of the draw."""
     best = dict(start)
     best_err = objective(build(best), steps, min_requests)
-    evaluations, factor = 1, 0.25
-    while factor > 0.01 and evaluations < max_evaluations:
-        moved = False
-        for name in start:
-            if best[name] == 0:
-                continue  # a term the closed forms found absent stays absent
-            for sign in (1, -1):
+    evaluations = 1
+    # a term the closed forms found absent stays absent
+    factor = {name: 0.25 for name in start if best[name] != 0}
+    first = dict.fromkeys(factor, 1)
+    while evaluations < max_evaluations and any(f > 0.01 for f in factor.values()):
+        for name in [n for n, f in factor.items() if f > 0.01]:
+            moved = False
+            for sign in (first[name], -first[name]):
                 trial = dict(best)
-                value = best[name] * (1 + sign * factor)
+                value = best[name] * (1 + sign * factor[name])
                 if name in integers:
                     value = max(1.0, float(round(value)))
                     if value == best[name]:
                         value = max(1.0, best[name] + sign)
-                if value == best[name]:
+                if value == best[name] or evaluations >= max_evaluations:
                     continue
                 trial[name] = value
                 err = objective(build(trial), steps, min_requests)
@@ -422,8 +429,8 @@ def refine(
                 if on_step is not None:
                     on_step(evaluations, min(err, best_err))
                 if err < best_err:
-                    best, best_err, moved = trial, err, True
+                    best, best_err, moved, first[name] = trial, err, True, sign
                     break
-        if not moved:
-            factor /= 2
+            if not moved:
+                factor[name] /= 2
     return best, best_err
