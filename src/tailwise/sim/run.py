@@ -350,6 +350,59 @@ def _simulate_llm(sc: Scenario, intervals: bool = True) -> SimRun:
     return SimRun(summary, records, None)
 
 
+@dataclass(frozen=True)
+class Replay:
+    """Arrivals a run really had, to run a model on instead of a schedule's draw: when
+    each request reached the server (ns from the run's start), which ones its window
+    counted, the window, and for an LLM each request's prompt and answer lengths."""
+
+    arrivals_ns: np.ndarray
+    in_window: np.ndarray
+    window_ns: tuple[int, int]
+    prompt_tokens: np.ndarray | None = None
+    output_tokens: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.arrivals_ns)
+        columns = (self.in_window, self.prompt_tokens, self.output_tokens)
+        if any(c is not None and len(c) != n for c in columns):
+            raise BadInput("replay", "columns of different lengths", "one value per request")
+        if n and int(np.min(self.arrivals_ns)) < 0:
+            raise BadInput("replay", "a negative arrival", "arrivals from the run's start")
+
+
+def replay(sc: Scenario, arrivals: Replay, *, intervals: bool = False) -> SimRun:
+    """One run of ``sc``'s system on arrivals a run really had (``sc.arrival`` gives
+    only the seed of the service draws): the same requests at the same instants, so
+    what differs from that run is the model, not the draw of the arrivals.
+
+    An LLM scenario needs the lengths (its ``prompt_tokens`` and ``output_tokens``
+    forms are not drawn)."""
+    order = np.argsort(arrivals.arrivals_ns, kind="stable")
+    at = np.asarray(arrivals.arrivals_ns, dtype=np.int64)[order]
+    slos = _slos(sc)
+    seed = sc.arrival.seed
+    if sc.llm is not None:
+        if arrivals.prompt_tokens is None or arrivals.output_tokens is None:
+            raise BadInput("replay", "an LLM scenario without lengths", "prompt and output tokens")
+        spec = llm_system(sc)
+        prompt = np.asarray(arrivals.prompt_tokens, dtype=np.int64)[order]
+        output = np.asarray(arrivals.output_tokens, dtype=np.int64)[order]
+        rng = np.random.default_rng([seed, SERVICE_SEED_OFFSET])
+        res = simulate_llm(spec, at, prompt, output, rng, prefix_groups(sc.llm, rng, len(at)))
+        if sc.delay is not None:
+            res = _delayed_llm(res, parse_distribution(sc.delay, "scenario.delay"), seed)
+        records = llm_records(at, res, prompt, output, arrivals.window_ns)
+    else:
+        _, outcome = run_model(system_spec(sc), at, seed)
+        if sc.delay is not None:
+            outcome = _delayed(outcome, parse_distribution(sc.delay, "scenario.delay"), seed)
+        records = to_records(at, outcome, arrivals.window_ns, arrivals.window_ns[1])
+    records.in_window = np.asarray(arrivals.in_window, dtype=bool)[order]
+    info = _run_info(sc, arrivals.window_ns, slos, llm=sc.llm is not None, intervals=intervals)
+    return SimRun(summarize(records, info), records, None)
+
+
 def _sim_section(
     result: SimResult | None, n: int, wall_s: float, spec: SystemSpec
 ) -> dict[str, Any]:
