@@ -434,7 +434,7 @@ def http_transport(p: Prepared) -> Transport:
         counter=p.counter,
         prompt_tokens=p.prompt_tokens,
         answers=bool(p.opts.api) and not p.streaming,
-        api=apis.find(p.opts.api),
+        api=apis.get(p.opts.api) if p.opts.api else None,  # a worker lacking it: bad input
         nonce=p.nonce,
         nonce_stream=p.share[0],  # a worker numbers its requests from 0: its own nonces
     )

@@ -33,6 +33,7 @@ def unregister(name: str) -> None:
 
 
 def names() -> list[str]:
+    """The registered kinds' names, sorted."""
     return sorted(_KINDS)
 
 
