@@ -48,9 +48,48 @@ class Echo:
         )
 
 
+RESPONSES_USAGE = llm_stream.UsageFields(prompt="input_tokens", completion="output_tokens")
+
+
+class Deltas:
+    """A streaming API shaped like OpenAI's Responses: typed events, its own usage names."""
+
+    name = "test-deltas"
+    path = "/v1/deltas"
+    streams = True
+    sessions = False
+    calibrate_as: CalibrateModel = "llm"
+
+    def body(self, model: str, prompt: Prompt, max_tokens: int, stream: bool) -> dict[str, Any]:
+        return {
+            "model": model,
+            "input": prompt_text(prompt),
+            "budget": max_tokens,
+            "stream": stream,
+        }
+
+    def classify_event(self, data: str, event_type: str = "message") -> llm_stream.Chunk:
+        doc = json.loads(data)
+        if doc["type"] == "delta":
+            return llm_stream.Chunk(text=doc["delta"])
+        return self.classify_answer(json.dumps(doc["response"]).encode())
+
+    def classify_answer(self, body: bytes) -> llm_stream.Chunk:
+        return llm_stream.classify_answer(body, RESPONSES_USAGE)
+
+
 @pytest.fixture
 def echo_kind() -> Iterator[apis.ApiKind]:
     kind = apis.register(Echo())
+    try:
+        yield kind
+    finally:
+        apis.unregister(kind.name)
+
+
+@pytest.fixture
+def deltas_kind() -> Iterator[apis.ApiKind]:
+    kind = apis.register(Deltas())
     try:
         yield kind
     finally:
@@ -82,6 +121,9 @@ class EchoServer:
                 length = re.search(rb"(?i)content-length:\s*(\d+)", head)
                 req = json.loads(await reader.readexactly(int(length.group(1)) if length else 0))
                 self.seen.append((head.split(b" ")[1].decode(), req))
+                if req.get("stream"):
+                    await self._stream(writer, req)
+                    continue
                 result = {"read": len(req["words"].split()), "wrote": req["budget"]}
                 body = json.dumps({"result": result}).encode()
                 writer.write(
@@ -93,6 +135,23 @@ class EchoServer:
             pass
         finally:
             writer.close()
+
+    async def _stream(self, writer: asyncio.StreamWriter, req: dict[str, Any]) -> None:
+        """``Deltas``' stream: one HTTP chunk per event, 2 ms apart, usage in the last."""
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        usage = {"input_tokens": len(req["input"].split()), "output_tokens": req["budget"]}
+        events = [{"type": "delta", "delta": f"w{i} "} for i in range(req["budget"])]
+        events.append({"type": "completed", "response": {"data": [], "usage": usage}})
+        for event in events:
+            data = b"data: %s\n\n" % json.dumps(event).encode()
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+            await writer.drain()
+            await asyncio.sleep(0.002)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
 
     def __enter__(self) -> str:
         self.thread.start()
@@ -121,6 +180,24 @@ def test_a_registered_kind_runs_end_to_end_through_the_cli(
     measured = server.seen[-20:]  # after the preflight's request
     assert s["tokens"]["input_total"] == sum(len(b["words"].split()) for _, b in measured)
     assert s["tokens"]["output_total"] == 3 * 20  # read from the kind's own field names
+
+
+def test_a_registered_streaming_kind_reads_its_own_events(
+    deltas_kind: apis.ApiKind, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = EchoServer()
+    with server as url:
+        argv = ["run", url, "--api", "test-deltas", "--model", "m", "--rate", "50/s"]
+        argv += ["--requests", "20", "--max-tokens", "4", "--input-tokens", "6"]
+        argv += ["--no-unique-prompts", "--server-metrics", "off", "--out", str(tmp_path / "r")]
+        code, _, err = run_cli(argv, capsys)
+    assert code in (0, 5), err
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert s["requests"]["ok"] == s["requests"]["scheduled"] == 20
+    assert {path for path, _ in server.seen} == {"/v1/deltas"}
+    assert s["ttft_ms"]["count"] == 20 and s["itl_ms"]["count"] == 20 * 3  # 4 deltas each
+    assert s["tokens_counted_by"] == "server usage"  # input_tokens / output_tokens
+    assert (s["tokens"]["input_total"], s["tokens"]["output_total"]) == (6 * 20, 4 * 20)
 
 
 def test_an_unknown_api_is_one_line_listing_the_known_kinds(
