@@ -31,6 +31,7 @@ class Echo:
     name = "test-echo"
     path = "/v1/echo"
     streams = False
+    budget_field = ""
     sessions = False
     calibrate_as: CalibrateModel = "http"
     classify_event = staticmethod(llm_stream.classify)
@@ -57,6 +58,7 @@ class Deltas:
     name = "test-deltas"
     path = "/v1/deltas"
     streams = True
+    budget_field = "budget"
     sessions = False
     calibrate_as: CalibrateModel = "llm"
 
@@ -195,6 +197,7 @@ def test_a_registered_streaming_kind_reads_its_own_events(
     s = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert s["requests"]["ok"] == s["requests"]["scheduled"] == 20
     assert {path for path, _ in server.seen} == {"/v1/deltas"}
+    assert server.seen[0][1]["budget"] == 1  # the preflight's, in the kind's own field
     assert s["ttft_ms"]["count"] == 20 and s["itl_ms"]["count"] == 20 * 3  # 4 deltas each
     assert s["tokens_counted_by"] == "server usage"  # input_tokens / output_tokens
     assert (s["tokens"]["input_total"], s["tokens"]["output_total"]) == (6 * 20, 4 * 20)

@@ -90,7 +90,7 @@ def cheapest(p: Prepared, i: int) -> bytes:
         return raw
     if not isinstance(doc, dict):
         return raw
-    doc["max_tokens"] = 1
+    doc[kind.budget_field] = 1
     if "max_completion_tokens" in doc:
         doc["max_completion_tokens"] = 1
     doc.pop("ignore_eos", None)

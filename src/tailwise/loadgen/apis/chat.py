@@ -12,6 +12,7 @@ class Chat:
     name = "openai-chat"
     path = "/v1/chat/completions"
     streams = True
+    budget_field = "max_tokens"
     sessions = True
     calibrate_as: CalibrateModel = "llm"
     classify_event = staticmethod(llm_stream.classify)

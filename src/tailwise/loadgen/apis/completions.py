@@ -12,6 +12,7 @@ class Completions:
     name = "openai-completions"
     path = "/v1/completions"
     streams = True
+    budget_field = "max_tokens"
     sessions = False
     calibrate_as: CalibrateModel = "llm"
     classify_event = staticmethod(llm_stream.classify)

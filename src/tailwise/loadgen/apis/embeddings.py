@@ -12,6 +12,7 @@ class Embeddings:
     name = "openai-embeddings"
     path = "/v1/embeddings"
     streams = False  # no tokens generated: no max_tokens, no ignore_eos, no nonce
+    budget_field = ""  # no budget: never set
     sessions = False
     calibrate_as: CalibrateModel = "batching"
     classify_event = staticmethod(llm_stream.classify)  # never streamed; kept for the protocol
