@@ -30,6 +30,7 @@ from tailwise.calibrate.llm import fit_llm
 from tailwise.calibrate.steps import Step, load_steps
 from tailwise.errors import BadInput
 from tailwise.knee import knee_rps
+from tailwise.loadgen import apis
 from tailwise.plan.schema import Plan
 from tailwise.version import __version__
 
@@ -122,10 +123,11 @@ def _check_llm_steps(steps: list[Step]) -> None:
         st for st in steps if st.records.chunk_times and any(c for c in st.records.chunk_times)
     ]
     if not streamed:
+        streaming = " or ".join(n for n in apis.names() if apis.get(n).streams)
         raise BadInput(
             "--kind",
             "llm",
-            "runs streamed from an LLM endpoint (--api openai-chat or openai-completions); "
+            f"runs streamed from an LLM endpoint (--api {streaming}); "
             "these runs hold no token timings: use --kind http",
         )
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tailwise.errors import BadInput
+from tailwise.loadgen import apis
 from tailwise.loadgen.server_view import SERVER_FILE
 from tailwise.metrics.derive import latency_ns, service_ttft_ns, tpot_ns
 from tailwise.metrics.shape import check_summary
@@ -169,11 +170,9 @@ def _kind_of(summary: dict[str, Any], options: dict[str, Any], scenario: dict[st
         if scenario.get("llm"):
             return "llm"
         return "batching" if scenario.get("batching") else "http"
-    api = options.get("api")
-    if api in ("openai-chat", "openai-completions"):
-        return "llm"
-    if api == "openai-embeddings":
-        return "batching"
+    kind = apis.find(options.get("api"))  # None: no --api, or one this version lacks
+    if kind is not None:
+        return kind.calibrate_as
     return "llm" if summary.get("ttft_ms") else "http"
 
 

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from tailwise.errors import ExitCode
+from tailwise.loadgen import apis
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -20,6 +21,11 @@ def invoked_argv() -> list[str] | None:
     obj = ctx.find_root().obj if ctx is not None else None
     argv = obj.get("argv") if isinstance(obj, dict) else None
     return list(argv) if isinstance(argv, list) else None
+
+
+def _api_kind(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--api``: a registered API kind's name (else one line listing the known kinds)."""
+    return apis.get(value).name if value is not None else None
 
 
 def run_options(f: F) -> F:
@@ -123,8 +129,10 @@ def run_options(f: F) -> F:
         ),
         click.option(
             "--api",
-            type=click.Choice(["openai-chat", "openai-completions", "openai-embeddings"]),
-            help="OpenAI-compatible LLM endpoint: TTFT, ITL, TPOT, token rates.",
+            callback=_api_kind,
+            help="The endpoint's API kind: "
+            + " | ".join(apis.names())
+            + " (TTFT, ITL, TPOT, token rates).",
         ),
         click.option("--model", help="Model name the server serves (with --api)."),
         click.option(

@@ -35,7 +35,7 @@ import numpy as np
 from tailwise.arrivals import expected_count
 from tailwise.clock import now_ns
 from tailwise.files import SpaceReserve, atomic_write_text
-from tailwise.loadgen import live
+from tailwise.loadgen import apis, live
 from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
 from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.looplag import LoopLag
@@ -434,6 +434,7 @@ def http_transport(p: Prepared) -> Transport:
         counter=p.counter,
         prompt_tokens=p.prompt_tokens,
         answers=bool(p.opts.api) and not p.streaming,
+        api=apis.get(p.opts.api) if p.opts.api else None,  # a worker lacking it: bad input
         nonce=p.nonce,
         nonce_stream=p.share[0],  # a worker numbers its requests from 0: its own nonces
     )

@@ -42,9 +42,10 @@ from typing import Any
 
 from tailwise.clock import now_ns
 from tailwise.errors import error_kind
+from tailwise.loadgen.apis import ApiKind
 from tailwise.loadgen.http_conn import CONNECT, RESET, TIMEOUT, Conn
 from tailwise.loadgen.http_stream import AnswerConn, StreamConn, on_stream_reads, stream_reader
-from tailwise.loadgen.llm_stream import Timings
+from tailwise.loadgen.llm_stream import Chunk, Timings, classify, classify_answer
 from tailwise.loadgen.openai import TokenCounter
 from tailwise.loadgen.targets import Target
 from tailwise.loadgen.transport import OnDone
@@ -337,9 +338,17 @@ class HttpTransport:
         answers: bool = False,
         nonce: bytes | None = None,
         nonce_stream: int = 0,
+        api: ApiKind | None = None,
     ) -> None:
         self.streaming = streaming
         self.answers = answers  # whole LLM/embeddings answers: read their usage and timings
+        # How the API kind reads a stream event and a whole answer (no kind: OpenAI's shapes).
+        self.classify_event: Callable[[str, str], Chunk] = (
+            api.classify_event if api is not None else classify
+        )
+        self.classify_answer: Callable[[bytes], Chunk] = (
+            api.classify_answer if api is not None else classify_answer
+        )
         self.nonce = nonce  # the per-run placeholder each request replaces (see nonce_for)
         # Worker w of a scaled-out run numbers its requests from 0 too: its nonces come
         # from seqs offset by w x 2^32, so no two workers' requests share one.

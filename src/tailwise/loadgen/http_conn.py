@@ -45,7 +45,7 @@ from typing import Any, Protocol
 import httptools
 
 from tailwise.clock import now_ns
-from tailwise.loadgen.llm_stream import Timings
+from tailwise.loadgen.llm_stream import Chunk, Timings
 from tailwise.loadgen.openai import TokenCounter
 from tailwise.loadgen.sse_fast import compiled_module
 from tailwise.loadgen.transport import OnDone
@@ -82,6 +82,8 @@ class StreamOwner(Protocol):
     server_notes: dict[int, tuple[int | None, Timings | None]]
     samples: ErrorSamples
     closing: bool  # the run is ending: nothing is sent again
+    classify_event: Callable[[str, str], Chunk]  # the API kind's reading of one SSE event
+    classify_answer: Callable[[bytes], Chunk]  # ... and of one whole answer
 
 
 class ConnPool(Protocol):

@@ -8,7 +8,7 @@ from typing import Any
 
 from tailwise.clock import now_ns
 from tailwise.loadgen.http_conn import Conn, ConnPool
-from tailwise.loadgen.llm_stream import MALFORMED, Chunk, Timings, classify, classify_answer
+from tailwise.loadgen.llm_stream import MALFORMED, Chunk, Timings
 from tailwise.loadgen.sse import SSEParser
 from tailwise.loadgen.sse_fast import chunk as fast_chunk
 from tailwise.loadgen.sse_fast import compiled_module
@@ -120,8 +120,9 @@ class StreamConn(Conn):
     is one plain content delta takes :func:`~tailwise.loadgen.sse_fast.content`, the
     answer's plain finish :func:`~tailwise.loadgen.sse_fast.finish`, a plain usage chunk
     :func:`~tailwise.loadgen.sse_fast.usage`; ``[DONE]`` is compared whole; one other whole
-    event goes to :func:`classify` without the SSE parser; anything else, the SSE parser
-    and :func:`classify`. The records are the same either way (a property test over
+    event goes to the API kind's ``classify_event`` (:mod:`tailwise.loadgen.apis`; OpenAI's
+    :func:`~tailwise.loadgen.llm_stream.classify`) without the SSE parser; anything else,
+    the SSE parser and ``classify_event``. The records are the same either way (a property test over
     random cuts).
 
     Where the compiled stream reader runs (Linux: :func:`stream_reader`, rx_c.h), the
@@ -362,7 +363,8 @@ class StreamConn(Conn):
     def _on_event(self, block: RecordBlock, etype: str, data: str | bytes) -> None:
         """One whole SSE event: what it says goes into this answer's state."""
         # One plain data line (is_one_event) is decoded as the SSE parser would.
-        c = classify(data.decode("utf-8", "replace") if isinstance(data, bytes) else data, etype)
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+        c = self.pool.owner.classify_event(text, etype)
         if not c.done and c.error is None:
             self.events += 1
         if c.text:
@@ -509,7 +511,7 @@ class AnswerConn(Conn):
     def on_message_complete(self) -> None:
         block = self.block
         if block is not None and 200 <= self.parser.get_status_code() < 300:
-            self._read(block, self.j, classify_answer(b"".join(self.body)))
+            self._read(block, self.j, self.pool.owner.classify_answer(b"".join(self.body)))
         self.body = []
         super().on_message_complete()
 

@@ -56,11 +56,19 @@ class Chunk(NamedTuple):
     timings: Timings | None = None
 
 
+class UsageFields(NamedTuple):
+    """Where an API's ``usage`` object counts the prompt's and the answer's tokens."""
+
+    prompt: str = "prompt_tokens"
+    completion: str = "completion_tokens"
+
+
+OPENAI_USAGE = UsageFields()  # chat, completions and embeddings
 DONE = Chunk(done=True)
 MALFORMED = "malformed chunk"
 
 
-def classify(data: str, event_type: str = "message") -> Chunk:
+def classify(data: str, event_type: str = "message", usage: UsageFields = OPENAI_USAGE) -> Chunk:
     if data == "[DONE]":
         return DONE
     try:
@@ -72,12 +80,12 @@ def classify(data: str, event_type: str = "message") -> Chunk:
     if event_type == "error" or "error" in obj or obj.get("object") == "error":
         return Chunk(error=_error_message(obj))
     try:
-        return _shape(obj)
+        return _shape(obj, usage)
     except _NotACount:
         return Chunk(error=MALFORMED)
 
 
-def classify_answer(body: bytes) -> Chunk:
+def classify_answer(body: bytes, usage: UsageFields = OPENAI_USAGE) -> Chunk:
     """What a whole (not streamed) JSON answer says: usage, cached tokens, timings, error.
 
     The shapes of :func:`classify` plus embeddings (``usage.prompt_tokens`` only) and
@@ -93,7 +101,7 @@ def classify_answer(body: bytes) -> Chunk:
         return Chunk(error=_error_message(obj))
     try:
         if isinstance(obj.get("choices"), list) or isinstance(obj.get("data"), list):
-            prompt, completion = _usage(obj)
+            prompt, completion = _usage(obj, usage)
             cached, timings = server_side(obj)
             return Chunk(
                 prompt_tokens=prompt,
@@ -102,15 +110,15 @@ def classify_answer(body: bytes) -> Chunk:
                 cached_tokens=cached,
                 timings=timings,
             )
-        return _shape(obj)
+        return _shape(obj, usage)
     except _NotACount:
         return Chunk(error=MALFORMED)
 
 
-def _shape(obj: dict[str, Any]) -> Chunk:
+def _shape(obj: dict[str, Any], usage: UsageFields) -> Chunk:
     choices = obj.get("choices")
     if isinstance(choices, list):
-        return _openai(obj, choices)
+        return _openai(obj, choices, usage)
     if isinstance(obj.get("token"), dict):
         return _tgi(obj)
     if "content" in obj or "stop" in obj:
@@ -125,11 +133,11 @@ def _error_message(obj: dict[str, Any]) -> str:
     return str(err if err is not None else obj.get("message", "error"))
 
 
-def _usage(obj: dict[str, Any]) -> tuple[int | None, int | None]:
+def _usage(obj: dict[str, Any], fields: UsageFields) -> tuple[int | None, int | None]:
     u = obj.get("usage")
     if not isinstance(u, dict):
         return None, None
-    return _int(u.get("prompt_tokens")), _int(u.get("completion_tokens"))
+    return _int(u.get(fields.prompt)), _int(u.get(fields.completion))
 
 
 def server_side(obj: dict[str, Any]) -> tuple[int | None, Timings | None]:
@@ -198,8 +206,8 @@ def _reasoning_usage(obj: dict[str, Any]) -> int | None:
     return _int(details.get("reasoning_tokens")) if isinstance(details, dict) else None
 
 
-def _openai(obj: dict[str, Any], choices: list[Any]) -> Chunk:
-    prompt, completion = _usage(obj)
+def _openai(obj: dict[str, Any], choices: list[Any], usage: UsageFields) -> Chunk:
+    prompt, completion = _usage(obj, usage)
     cached, timings = server_side(obj)
     if not choices or not isinstance(choices[0], dict):
         return Chunk(

@@ -1,8 +1,9 @@
-"""Requests for OpenAI-compatible servers: the API's path, bodies, prompts and credentials.
+"""Requests for OpenAI-compatible servers: the API's URL, bodies, prompts and credentials.
 
-``--api openai-chat`` (``/v1/chat/completions``), ``openai-completions``
-(``/v1/completions``) and ``openai-embeddings`` (``/v1/embeddings``). A URL
-given as the server's base (``http://host:8000``) gets the API's standard path;
+What differs between APIs (``--api openai-chat``, ``openai-completions``,
+``openai-embeddings``: their paths, body shapes and answers) lives in their kind's
+module under :mod:`tailwise.loadgen.apis`; this module does what they share. A URL
+given as the server's base (``http://host:8000``) gets the kind's standard path;
 a URL with a path is used as it is. Chat and completions stream by default and
 ask for the server's token usage (``stream_options.include_usage``), which the
 metrics prefer over counting chunks.
@@ -39,13 +40,9 @@ from urllib.parse import urlsplit, urlunsplit
 from tailwise import credentials
 from tailwise.errors import BadInput
 from tailwise.files import read_bounded_utf8
+from tailwise.loadgen import apis
+from tailwise.loadgen.apis import Prompt, prompt_text
 
-PATHS = {
-    "openai-chat": "/v1/chat/completions",
-    "openai-completions": "/v1/completions",
-    "openai-embeddings": "/v1/embeddings",
-}
-STREAMING_APIS = frozenset({"openai-chat", "openai-completions"})
 N_PROMPTS = 256  # distinct request bodies, used in turn
 MAX_DATASET_ROWS = 100_000
 LENGTH_FORM = "N, uniform:A-B, normal:MEAN,SD or lognormal:MEDIAN,SIGMA (positive numbers)"
@@ -72,7 +69,7 @@ def api_url(url: str, api: str) -> str:
     parts = urlsplit(url)
     path = parts.path.rstrip("/")
     if path in ("", "/v1"):
-        path = PATHS[api]
+        path = apis.get(api).path
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
@@ -131,9 +128,6 @@ def with_nonce(prompt: Prompt, nonce: str) -> Prompt:
             m["content"] = f"{nonce} {m['content']}"
             break
     return out
-
-
-Prompt = str | list[dict[str, Any]]  # a completion prompt, or chat messages
 
 
 def read_dataset(path: str) -> list[tuple[Prompt, int | None]]:
@@ -203,12 +197,6 @@ def parse_extra_body(text: str | None) -> dict[str, Any]:
     return value
 
 
-def _as_text(prompt: Prompt) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    return "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
-
-
 def bodies(
     api: str,
     model: str,
@@ -218,20 +206,10 @@ def bodies(
     extra: dict[str, Any],
 ) -> list[bytes]:
     """One request body per prompt; ``max_tokens[i]`` goes with ``prompts[i]``."""
+    kind = apis.get(api)
     out = []
     for prompt, n_out in zip(prompts, max_tokens, strict=True):
-        body: dict[str, Any]
-        if api == "openai-embeddings":
-            body = {"model": model, "input": _as_text(prompt)}
-        else:
-            body = {"model": model, "max_tokens": n_out, "stream": stream}
-            if api == "openai-chat":
-                messages = prompt if isinstance(prompt, list) else None
-                body["messages"] = messages or [{"role": "user", "content": prompt}]
-            else:
-                body["prompt"] = _as_text(prompt)
-            if stream:
-                body["stream_options"] = {"include_usage": True}
+        body = kind.body(model, prompt, n_out, stream)
         body.update(extra)
         out.append(json.dumps(body, separators=(",", ":")).encode())
     return out
@@ -263,16 +241,10 @@ class TokenCounter:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
     def count_prompt(self, prompt: Prompt) -> int:
-        return self.count(_as_text(prompt))
+        return self.count(prompt_text(prompt))
 
     def truncate(self, text: str, n: int) -> str:
         """The text of ``text``'s first ``n`` tokens (may re-encode to another count)."""
         ids = self._tok.encode(text, add_special_tokens=False).ids[:n]
         decoded: str = self._tok.decode(ids, skip_special_tokens=True)
         return decoded
-
-
-def check_api(api: str) -> str:
-    if api not in PATHS:
-        raise BadInput("--api", api, f"one of {', '.join(sorted(PATHS))}")
-    return api

@@ -5,10 +5,10 @@ port where nothing listens would otherwise cost a whole measurement window of
 failures before the verdict says "check the URL". The preflight sends the run's
 own first request, made as cheap as the API allows, to each target:
 
-- ``openai-chat`` and ``openai-completions``: ``max_tokens`` (and
-  ``max_completion_tokens`` when the body has it) set to 1, ``stream`` as the
-  run asks; a stream is read up to its first event, not to its end;
-- ``openai-embeddings``: the run's first body (one input);
+- an API kind that generates tokens (``openai-chat``, ``openai-completions``):
+  ``max_tokens`` (and ``max_completion_tokens`` when the body has it) set to 1,
+  ``stream`` as the run asks; a stream is read up to its first event, not to its end;
+- any other kind (``openai-embeddings``): the run's first body (one input);
 - plain HTTP: the run's first request as it is.
 
 It fails, and the run never starts, when the target cannot be reached (exit
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailwise.errors import ExitCode, PreflightFailed, excerpt
-from tailwise.loadgen import openai
+from tailwise.loadgen import apis
 from tailwise.loadgen.http import connect_failure
 from tailwise.loadgen.prepare import Prepared
 from tailwise.loadgen.targets import Target, render
@@ -80,7 +80,8 @@ def check(p: Prepared) -> dict[str, Any]:
 def cheapest(p: Prepared, i: int) -> bytes:
     """Target ``i``'s first request, with a token budget of 1 for a generating API."""
     raw = p.payloads[i][0]
-    if p.opts.api not in openai.STREAMING_APIS:
+    kind = apis.find(p.opts.api)
+    if kind is None or not kind.streams:
         return raw
     body = raw.partition(b"\r\n\r\n")[2]
     try:
@@ -89,7 +90,7 @@ def cheapest(p: Prepared, i: int) -> bytes:
         return raw
     if not isinstance(doc, dict):
         return raw
-    doc["max_tokens"] = 1
+    doc[kind.budget_field] = 1
     if "max_completion_tokens" in doc:
         doc["max_completion_tokens"] = 1
     doc.pop("ignore_eos", None)

@@ -37,7 +37,7 @@ from tailwise.limits import (
     MAX_WORKERS_PER_CORE,
     within,
 )
-from tailwise.loadgen import openai
+from tailwise.loadgen import apis, openai
 from tailwise.loadgen.exact_prompts import exact_prompts
 from tailwise.loadgen.gpu_metrics import GpuPlan, plan_gpu
 from tailwise.loadgen.server_metrics import ScrapePlan, plan_scrape
@@ -201,10 +201,11 @@ def _window(o: RunOptions, warmup_ns: int) -> tuple[int | None, int | None]:
 
 def _llm_bodies(
     o: RunOptions, replay: Replay | None, counter: openai.TokenCounter | None, nonce: str = ""
-) -> tuple[list[bytes], list[openai.Prompt]]:
+) -> tuple[list[bytes], list[apis.Prompt]]:
     """Bodies and prompts; ``nonce`` (or "") starts every synthetic prompt after the shared
     prefix (with a tokenizer, inside the exact count)."""
-    api = openai.check_api(o.api or "")
+    kind = apis.get(o.api)
+    api = kind.name
     if not o.model:
         raise BadInput("--model", None, f"the model name the server serves, for --api {api}")
     if o.body is not None or o.bodies is not None:
@@ -212,7 +213,7 @@ def _llm_bodies(
             "--body", "with --api", "either --api (tailwise builds the bodies) or --body"
         )
     rng = random.Random(o.seed)
-    prompts: list[openai.Prompt]
+    prompts: list[apis.Prompt]
     if replay is not None and replay.trace.input_lengths is not None:
         if o.prompts:
             raise BadInput("--prompts", o.prompts, "no dataset with a trace that has lengths")
@@ -250,7 +251,7 @@ def _llm_bodies(
             prompts = list(openai.synthetic_prompts(lengths, o.seed, prefix, nonce))
         max_tokens = openai.sample_lengths(str(o.max_tokens), "--max-tokens", n, rng)
     extra = openai.parse_extra_body(o.extra_body)
-    if o.ignore_eos and api != "openai-embeddings":
+    if o.ignore_eos and kind.streams:  # only a generating API has an end of sequence
         extra.setdefault("ignore_eos", True)
     return openai.bodies(api, o.model, max_tokens, prompts, o.stream, extra), prompts
 
@@ -260,10 +261,12 @@ def _requests(
     replay: Replay | None,
     counter: openai.TokenCounter | None = None,
     nonce: str = "",
-) -> tuple[list[Target], list[list[bytes]], str, list[tuple[str, str]], list[openai.Prompt]]:
+) -> tuple[list[Target], list[list[bytes]], str, list[tuple[str, str]], list[apis.Prompt]]:
     """Targets, rendered requests per target, method, headers, and the LLM prompts if any."""
     if not o.urls:
         raise BadInput("URL", "", "at least one target URL")
+    if o.api:
+        apis.get(o.api)  # an unknown --api: one line naming the known kinds
     urls = [openai.api_url(u, o.api) for u in o.urls] if o.api else o.urls
     targets = [parse_url(u) for u in urls]
     headers = [parse_header(h) for h in o.header]
@@ -276,7 +279,7 @@ def _requests(
     if o.body is not None and o.bodies is not None:
         raise BadInput("--body", "with --bodies", "one of --body or --bodies")
     bodies: list[bytes | None] = [None]
-    prompts: list[openai.Prompt] = []
+    prompts: list[apis.Prompt] = []
     if o.api:
         llm_bodies, prompts = _llm_bodies(o, replay, counter, nonce)
         bodies = list(llm_bodies)
@@ -295,9 +298,15 @@ def _multi_turn(o: RunOptions) -> bool:
 
 def _nonce(o: RunOptions) -> str:
     """The run's prompt nonce: chat and completions only (an embedding has no prefix cache)."""
-    if not o.unique_prompts or o.api not in openai.STREAMING_APIS or _multi_turn(o):
+    if not o.unique_prompts or not _streams(o) or _multi_turn(o):
         return ""  # sessions ask for reuse: each turn resends its session's history
     return openai.new_nonce()
+
+
+def _streams(o: RunOptions) -> bool:
+    """Whether ``--api`` names a kind that generates a token stream."""
+    kind = apis.find(o.api)
+    return kind is not None and kind.streams
 
 
 def check_seed(seed: object, field: str = "--seed") -> int:
@@ -316,7 +325,7 @@ def prepare(o: RunOptions) -> Prepared:
     counter = openai.TokenCounter(o.tokenizer) if o.tokenizer else None
     nonce = _nonce(o) if replay is None else ""
     targets, payloads, method, headers, prompts = _requests(o, replay, counter, nonce)
-    streaming = bool(o.api in openai.STREAMING_APIS and o.stream)
+    streaming = bool(_streams(o) and o.stream)
     prompt_tokens = [counter.count_prompt(p) for p in prompts] if counter and prompts else None
     attain = parse_fraction(o.attainment, "--attainment")
     slos = [parse_slo(s, attain) for s in o.slo]
@@ -423,8 +432,10 @@ def _sessions(
     turns = parse_turns(o.turns)
     if turns == 1:
         return None
-    if o.api != "openai-chat":
-        raise BadInput("--turns", o.turns, "--api openai-chat (a session is a conversation)")
+    kind = apis.find(o.api)
+    if kind is None or not kind.sessions:
+        talk = " or ".join(n for n in apis.names() if apis.get(n).sessions)
+        raise BadInput("--turns", o.turns, f"--api {talk} (a session is a conversation)")
     if concurrency is not None or workers is not None or o.ray:
         raise BadInput("--turns", o.turns, "one open-loop process (no --concurrency, --workers)")
     think_ns = parse_duration_ns(o.think, "--think")
