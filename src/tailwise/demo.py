@@ -165,11 +165,11 @@ def _next_steps(console: Console, sweep_dir: Path) -> None:
     )
     console.print(
         "\nOr fit a model to this sweep and ask it how many servers 100/s needs. The demo"
-        "\nsweeps one prompt length, so calibrate cannot tell prefill from the rest and"
-        "\ngrades its fit POOR, saying what a good fit needs; plan capacity then answers"
-        "\nonly when told to, every row marked extrapolated (exit 8):\n"
+        "\nsweeps one prompt length, so calibrate cannot tell prefill from the rest (it says"
+        "\nso under `assumes`) and grades its fit: good, plan capacity answers; POOR, it"
+        "\nanswers only with --accept-poor-fit, every row marked extrapolated (exit 8):\n"
     )
     console.print(
         f"  tailwise calibrate {sweep_dir} -o model.yaml\n"
-        "  tailwise plan capacity --model model.yaml --rate 100/s --accept-poor-fit"
+        "  tailwise plan capacity --model model.yaml --rate 100/s"
     )
