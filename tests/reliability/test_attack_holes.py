@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -591,6 +592,25 @@ def resetting_server(answers: Callable[[int], int], read: list[int]) -> Answer:
     return serve
 
 
+def _reset_run(
+    raw_server: Serve, tmp_path: Path, answers: Callable[[int], int], users: int, requests: int
+) -> tuple[dict[str, Any], dict[str, int], int, int]:
+    """A closed-loop run against :func:`resetting_server`: ``(summary, errors incl. the
+    warm-up's, ok incl. the warm-up's, requests the target read)``."""
+    read = [0]
+    res = tailwise.run(
+        raw_server(resetting_server(answers, read)) + "/x",
+        concurrency=users,
+        requests=requests,
+        duration="30s",
+        out=str(tmp_path / "rst"),
+        progress=False,
+    )
+    s = res.summary
+    errors = {**s["requests"]["errors"], **s["requests"]["warmup"]["errors"]}
+    return s, errors, s["requests"]["ok"] + s["requests"]["warmup"]["ok"], read[0]
+
+
 # A target that closes every connection after its third answer, with a reset (its close met
 # the next request): every one of those closes was booked a `reset`, 1,131 of 4,524 requests
 # in 3 s, because the rule learned the pattern only for targets that close after one answer.
@@ -601,40 +621,18 @@ def resetting_server(answers: Callable[[int], int], read: list[int]) -> Answer:
 def test_a_target_that_resets_after_every_nth_answer_costs_at_most_two_resets(
     raw_server: Serve, tmp_path: Path, n: int
 ) -> None:
-    read = [0]
-    res = tailwise.run(
-        raw_server(resetting_server(lambda k: n, read)) + "/x",
-        concurrency=2,
-        requests=60,
-        duration="30s",
-        out=str(tmp_path / "rst"),
-        progress=False,
-    )
-    s = res.summary
-    errors = {**s["requests"]["errors"], **s["requests"]["warmup"]["errors"]}
+    s, errors, ok, read = _reset_run(raw_server, tmp_path, lambda k: n, 2, 60)
     assert s["requests"]["accounted"] and s["reconnects"] > 0
     assert set(errors) <= {"reset"} and errors.get("reset", 0) <= 2, errors
-    ok = s["requests"]["ok"] + s["requests"]["warmup"]["ok"]
-    assert ok + errors.get("reset", 0) == 60 and ok == read[0]
+    assert ok + errors.get("reset", 0) == 60 and ok == read
 
 
 # Resets with no single closing pattern (after the first answer on one connection, after the
 # second on the next) are the target's failures: none is sent again.
 def test_resets_at_varying_counts_stay_failures(raw_server: Serve, tmp_path: Path) -> None:
-    read = [0]
-    res = tailwise.run(
-        raw_server(resetting_server(lambda k: 1 + k % 2, read)) + "/x",
-        concurrency=1,
-        requests=30,
-        duration="30s",
-        out=str(tmp_path / "rst"),
-        progress=False,
-    )
-    s = res.summary
-    errors = {**s["requests"]["errors"], **s["requests"]["warmup"]["errors"]}
+    s, errors, ok, read = _reset_run(raw_server, tmp_path, lambda k: 1 + k % 2, 1, 30)
     assert s["requests"]["accounted"] and s["reconnects"] == 0
-    ok = s["requests"]["ok"] + s["requests"]["warmup"]["ok"]
-    assert ok == read[0] and ok + errors.get("reset", 0) == 30 and errors["reset"] >= 10
+    assert ok == read and ok + errors.get("reset", 0) == 30 and errors["reset"] >= 10
 
 
 # The first two of those resets were booked as failures while the pattern was still to be
@@ -644,17 +642,7 @@ def test_resets_at_varying_counts_stay_failures(raw_server: Serve, tmp_path: Pat
 def test_resets_held_until_the_closing_pattern_is_told_cost_nothing(
     raw_server: Serve, tmp_path: Path
 ) -> None:
-    read = [0]
-    res = tailwise.run(
-        raw_server(resetting_server(lambda k: 3, read)) + "/x",
-        concurrency=8,
-        requests=200,
-        duration="30s",
-        out=str(tmp_path / "rst"),
-        progress=False,
-    )
-    s = res.summary
-    errors = {**s["requests"]["errors"], **s["requests"]["warmup"]["errors"]}
+    s, errors, ok, read = _reset_run(raw_server, tmp_path, lambda k: 3, 8, 200)
     assert s["requests"]["accounted"] and s["reconnects"] > 0
     assert errors == {}
-    assert s["requests"]["ok"] + s["requests"]["warmup"]["ok"] == 200 == read[0]
+    assert ok == 200 == read
