@@ -73,6 +73,28 @@ async def _head(r: asyncio.StreamReader) -> bytes:
     return head.split(b"\r\n", 1)[0]
 
 
+def _flood_then_stop(
+    proc: subprocess.Popen[str], url: str, flooded: str, path: str, out: Path, seconds: int
+) -> tuple[Any, float, int, float, float]:
+    """A 20/s run to ``url + path`` while ``url + flooded`` is flooded, then SIGTERM to
+    ``proc``: ``(result, peak RSS MB, exit code, seconds to exit, wall s)``; ``proc``
+    never outlives it."""
+    try:
+        t = time.perf_counter()
+        with flood(url, flooded):
+            res = tailwise.run(
+                url + path, rate="20/s", duration=f"{seconds}s", out=str(out),
+                server_metrics="off", progress=False,
+            )  # fmt: skip
+            rss = peak_rss_mb(proc.pid)
+            rc, stop_s = sigterm(proc)
+        return res, rss, rc, stop_s, time.perf_counter() - t
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def proxy_flood(
     start: Callable[[Answer], str], out: Path, seconds: int, row: Callable[..., dict[str, Any]]
 ) -> dict[str, Any]:
@@ -86,20 +108,7 @@ def proxy_flood(
 
     out.mkdir(parents=True)
     proc, url = spawn_proxy(start(serve).removeprefix("http://"), "--log", str(out / "t.jsonl"))
-    try:
-        t = time.perf_counter()
-        with flood(url, "/hold"):
-            res = tailwise.run(
-                url + "/x", rate="20/s", duration=f"{seconds}s", out=str(out / "run"),
-                server_metrics="off", progress=False,
-            )  # fmt: skip
-            rss = peak_rss_mb(proc.pid)
-            rc, stop_s = sigterm(proc)
-        wall = time.perf_counter() - t
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    res, rss, rc, stop_s, wall = _flood_then_stop(proc, url, "/hold", "/x", out / "run", seconds)
     fact = (
         f"proxy peak {rss:.0f} MB (was 328), SIGTERM to exit {rc} in {stop_s:.1f} s (was 6.8), "
         f"latency p99 through it {p99_ms(res)} (was 3,959 ms)"
@@ -110,20 +119,7 @@ def proxy_flood(
 
 def demo_flood(out: Path, seconds: int, row: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     proc, url = spawn_demo("http", lifetime="600s")
-    try:
-        t = time.perf_counter()
-        with flood(url, "/health"):
-            res = tailwise.run(
-                url + "/predict", rate="20/s", duration=f"{seconds}s", out=str(out),
-                server_metrics="off", progress=False,
-            )  # fmt: skip
-            rss = peak_rss_mb(proc.pid)
-            rc, stop_s = sigterm(proc)
-        wall = time.perf_counter() - t
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    res, rss, rc, stop_s, wall = _flood_then_stop(proc, url, "/health", "/predict", out, seconds)
     fact = (
         f"SIGTERM to exit {rc} in {stop_s:.1f} s (was: killed by the signal, 143 in a shell, "
         f"after 2.5 s, up to 4.9 s at load 5); demo peak {rss:.0f} MB, latency p99 {p99_ms(res)}"
