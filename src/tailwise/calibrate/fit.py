@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from tailwise import arrivals
 from tailwise.calibrate.steps import Step
 from tailwise.metrics.percentiles import nearest_rank
 from tailwise.sim.run import Replay, replay
@@ -202,8 +203,9 @@ def step_model(model: dict[str, Any], step: Step, seed: int) -> dict[str, Any]:
     data = copy.deepcopy(model)
     data.pop("calibration", None)
     process = step.process
-    if process.startswith(("stages", "trace", "ramp")):
-        process = "poisson"  # a shaped schedule has no one rate: model its mean
+    kind = arrivals.find(process)
+    if kind is not None and not kind.steady:
+        process = "poisson"  # a shape or a trace has no one rate: model its mean
     data["arrival"] = {
         "process": process,
         "rate": f"{step.rate_rps:.6g}/s",

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from tailwise import arrivals
 from tailwise.errors import ExitCode
 from tailwise.loadgen import apis
 
@@ -36,8 +37,9 @@ def run_options(f: F) -> F:
             "--arrival",
             default="poisson",
             show_default=True,
-            help="constant | poisson | gamma:<burstiness> | ramp:<from>-<to> | "
-            "stages:<rate>@<dur>,... | trace:<file> (offsets, Azure CSV, Mooncake JSONL)",
+            # The registry's forms, so a kind registered before the CLI is built shows too.
+            help=" | ".join(kind.form for kind in arrivals.kinds())
+            + " (a trace: offsets, Azure CSV, Mooncake JSONL)",
         ),
         click.option(
             "--trace-speed",

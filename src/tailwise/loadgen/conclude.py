@@ -111,11 +111,7 @@ def auto_warmup(
     could leave too few requests to decide. Sets ``records.in_window`` to match."""
     if p.opts.warmup != "auto":
         return window_ns[0], {"mode": "fixed", "start_s": window_ns[0] / 1e9}
-    described = p.schedule.describe() if p.schedule is not None else {}
-    steady_plan = isinstance(described.get("rate_rps"), int | float) and not described.get(
-        "profile"
-    )
-    if not steady_plan:  # closed loop paces itself; stages, ramps, traces change on purpose
+    if p.schedule is None or not p.schedule.steady:  # a closed loop, a shape or a trace
         return window_ns[0], {"mode": "auto", "start_s": window_ns[0] / 1e9, "cut_requests": 0}
     ok = records.error == 0
     s = records.scheduled_ns

@@ -274,11 +274,10 @@ async def _execute(
 
 
 def _progress(p: Prepared, engine: Engine, echo: bool = True) -> Progress:
-    rate = p.schedule.describe().get("rate_rps") if p.schedule is not None else None
     return Progress(
         engine,
         (p.horizon_ns or 0) / 1e9 or None,
-        target_rps=float(rate) if isinstance(rate, int | float) else None,
+        target_rps=p.schedule.rate_rps if p.schedule is not None else None,
         label=p.opts.label or "",
         slo_metrics=tuple(s.metric for s in p.slos),
         echo=echo,

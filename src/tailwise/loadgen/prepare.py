@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tailwise import credentials
+from tailwise import arrivals, credentials
 from tailwise.arrivals import Schedule, check_planned, parse_schedule
 from tailwise.errors import BadInput
 from tailwise.files import output_directory
@@ -194,9 +194,16 @@ def _window(o: RunOptions, warmup_ns: int) -> tuple[int | None, int | None]:
     if o.duration is not None:
         dur = parse_duration_ns(o.duration, "--duration", allow_zero=False)
         return warmup_ns + dur, count
-    if count is None and not o.arrival.startswith(("stages", "trace")):
+    if count is None and not _bounds_itself(o.arrival):
         return warmup_ns + 10_000_000_000, None  # the default: 10 s of measurement
     return None, count
+
+
+def _bounds_itself(arrival: str) -> bool:
+    """Whether ``--arrival`` ends a run by itself (stages, a trace); an unknown name is
+    refused later, by the schedule, in the order of the other options' checks."""
+    kind = arrivals.find(arrival)
+    return kind is not None and kind.own_span
 
 
 def _llm_bodies(
@@ -511,8 +518,8 @@ def plan_window_end(p: Prepared, rows: int, last_scheduled_ns: int) -> int:
 
 
 def _nominal_gap_ns(p: Prepared) -> int:
-    rate = p.schedule.describe().get("rate_rps") if p.schedule is not None else None
-    if isinstance(rate, int | float) and rate > 0:
+    rate = p.schedule.rate_rps if p.schedule is not None else None
+    if rate is not None and rate > 0:
         return max(int(1e9 / rate), 1)
     return 1_000_000_000  # no rate to go by (a trace, stages): one second
 
@@ -524,9 +531,8 @@ def sequential(p: Prepared) -> Sequential | None:
     spread over several processes (each would see only its share)."""
     if p.opts.duration != "auto":
         return None
-    described = p.schedule.describe() if p.schedule is not None else {}
-    rate = described.get("rate_rps")
-    if not isinstance(rate, int | float) or not rate or described.get("profile"):
+    rate = p.schedule.rate_rps if p.schedule is not None else None
+    if not rate:  # None unless steady: a closed loop, a shape or a trace
         raise BadInput(
             "--duration", "auto", "a fixed duration unless the run has one steady --rate"
         )
@@ -547,9 +553,8 @@ def loss_watch(p: Prepared) -> LossWatch | None:
     auto = p.opts.warmup == "auto"
     if auto and (p.scaled_out or p.share[1] > 1):
         return None
-    described = p.schedule.describe()
-    rate = described.get("rate_rps")
-    if not isinstance(rate, int | float) or not rate or described.get("profile"):
+    rate = p.schedule.rate_rps
+    if not rate:  # None unless steady: a shape or a trace has no one rate to judge
         return None
     expected = float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9
     watch = LossWatch(p.slos, (p.warmup_ns, p.horizon_ns), expected, auto_warmup=auto)

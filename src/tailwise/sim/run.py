@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tailwise.arrivals import Schedule, parse_schedule
+from tailwise.arrivals import Schedule, is_steady, parse_schedule
 from tailwise.distributions import Distribution, parse_distribution
 from tailwise.errors import BadInput
 from tailwise.files import atomic_write_text, atomic_writer
@@ -93,8 +93,8 @@ def _window_end(
     last = int(arrivals[-1])
     gap = last // (n - 1) if n > 1 else 0
     if gap <= 0:
-        rate = schedule.describe().get("rate_rps")
-        gap = max(int(1e9 / rate), 1) if isinstance(rate, int | float) and rate > 0 else 10**9
+        rate = schedule.rate_rps
+        gap = max(int(1e9 / rate), 1) if rate is not None and rate > 0 else 10**9
     return min(last + gap, horizon) if horizon is not None else last + gap
 
 
@@ -259,8 +259,8 @@ def simulate(sc: Scenario, *, intervals: bool = True) -> SimRun:
 def _auto_warmup(sc: Scenario, records: Records, window: tuple[int, int]) -> tuple[int, int]:
     """``arrival.warmup: auto``: start the window past MSER-5's transient, as a measured
     run does (:func:`tailwise.metrics.steady.auto_start_ns`); sets ``in_window``."""
-    if sc.arrival.warmup != "auto" or sc.arrival.process.startswith(("stages", "ramp", "trace")):
-        return window  # a profile changes its load on purpose: no transient to cut
+    if sc.arrival.warmup != "auto" or not is_steady(sc.arrival.process):
+        return window  # a shape or a trace changes its load on purpose: no transient to cut
     ok = records.error == 0
     start, _ = auto_start_ns(records.scheduled_ns, derive.latency_ns(records), ok, window)
     records.in_window = (records.scheduled_ns >= start) & (records.scheduled_ns < window[1])

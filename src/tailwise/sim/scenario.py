@@ -34,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 
+from tailwise import arrivals
 from tailwise.arrivals import check_planned, parse_schedule
 from tailwise.distributions import Distribution, parse_distribution
 from tailwise.errors import BadInput, excerpt
@@ -86,7 +87,8 @@ class ArrivalModel(_Strict):
         """The duration to use: a stages or trace schedule brings its own length, and a
         count (``requests``) without a duration given bounds the run alone (the 60 s
         default would cut it short); with both, whichever ends first ends the run."""
-        own_length = self.process.startswith(("stages:", "trace:")) or self.requests is not None
+        kind = arrivals.find(self.process)
+        own_length = (kind is not None and kind.own_span) or self.requests is not None
         if own_length and "duration" not in self.model_fields_set:
             return None
         return self.duration
@@ -295,8 +297,8 @@ def _horizon_ns(arrival: ArrivalModel) -> int:
         return schedule.trace_ns[-1]
     if schedule.horizon_ns is not None:
         return schedule.horizon_ns
-    rate = schedule.describe().get("rate_rps")  # a count at a steady rate: its mean span
-    if isinstance(rate, int | float) and rate > 0 and arrival.requests:
+    rate = schedule.rate_rps  # a count at a steady rate: its mean span
+    if rate is not None and rate > 0 and arrival.requests:
         return round(arrival.requests / rate * 1e9)
     return 0
 

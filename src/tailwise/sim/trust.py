@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tailwise.arrivals import is_steady
 from tailwise.errors import BadInput, ExitCode, excerpt
 from tailwise.sim.llm_scenario import token_range
 from tailwise.sim.scenario import Scenario
@@ -186,7 +187,7 @@ def require(sc: Scenario, accept_poor_fit: bool, field: str, given: str) -> Trus
 
 def scenario_rate_rps(sc: Scenario) -> float | None:
     """The scenario's offered rate per replica, when it has one number."""
-    if sc.arrival.rate is None or sc.arrival.process.startswith(("stages", "trace", "ramp")):
+    if sc.arrival.rate is None or not is_steady(sc.arrival.process):
         return None
     try:
         rate = parse_rate_rps(sc.arrival.rate, "scenario.arrival.rate")
