@@ -32,6 +32,7 @@ class Echo:
     path = "/v1/echo"
     streams = False
     budget_field = ""
+    preflight_budget = 0
     sessions = False
     calibrate_as: CalibrateModel = "http"
     classify_event = staticmethod(llm_stream.classify)
@@ -59,6 +60,7 @@ class Deltas:
     path = "/v1/deltas"
     streams = True
     budget_field = "budget"
+    preflight_budget = 1
     sessions = False
     calibrate_as: CalibrateModel = "llm"
 

@@ -190,6 +190,8 @@ def test_a_whole_answer_is_the_response_object() -> None:
     assert KIND.classify_answer(json.dumps(queued).encode()).error == "response status queued"
     assert KIND.classify_answer(b'{"status":7}').error == "response status <int>"
     assert KIND.classify_answer(b"<html>").error == MALFORMED
+    no_status = {k: v for k, v in whole.items() if k != "status"}
+    assert KIND.classify_answer(json.dumps(no_status).encode()).completion_tokens == 4
     no_usage = {k: v for k, v in whole.items() if k != "usage"}
     c = KIND.classify_answer(json.dumps(no_usage).encode())
     assert c.error is None and c.completion_tokens is None
@@ -248,7 +250,7 @@ def test_a_streamed_run_counts_the_servers_tokens_and_times_each_token(
     s, r = _cli_run(llm, tmp_path, capsys)
     assert s["target"].endswith("/v1/responses")
     assert s["requests"]["ok"] == s["requests"]["scheduled"] == 24
-    assert s["preflight"]["status"] == 200  # max_output_tokens 1, answered as a stream
+    assert s["preflight"]["status"] == 200  # max_output_tokens 16, answered as a stream
     assert s["tokens_counted_by"] == "server usage"
     assert s["tokens"]["output_total"] == 6 * 24
     # the demo counts the prompt's words: 12 words and the run's nonce
@@ -436,7 +438,7 @@ def test_preflight_refuses_an_error_event_and_a_400(
         assert line.startswith("tailwise: preflight: POST ") and said in line, line
 
 
-def test_preflight_asks_for_one_output_token(
+def test_preflight_asks_for_the_least_budget_openai_accepts(
     raw: Callable[[Answer], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seen: list[dict[str, Any]] = []
@@ -462,5 +464,6 @@ def test_preflight_asks_for_one_output_token(
     argv += ["--max-tokens", "9", "--server-metrics", "off", "--out", str(tmp_path / "p")]
     code, _, err = run_cli(argv, capsys)
     assert code in (0, 5), err
-    assert seen[0]["max_output_tokens"] == 1 and seen[0]["stream"] is True
+    # 16, the least OpenAI accepts ("Expected a value >= 16, but got 1"), not 1
+    assert seen[0]["max_output_tokens"] == 16 and seen[0]["stream"] is True
     assert [b["max_output_tokens"] for b in seen[1:]] == [9] * 3

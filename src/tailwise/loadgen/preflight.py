@@ -7,7 +7,8 @@ own first request, made as cheap as the API allows, to each target:
 
 - an API kind that generates tokens (``openai-chat``, ``openai-completions``,
   ``openai-responses``): its budget field (``max_tokens``; ``max_output_tokens`` for
-  the Responses API; and ``max_completion_tokens`` when the body has it) set to 1,
+  the Responses API; and ``max_completion_tokens`` when the body has it) set to the
+  kind's ``preflight_budget``, the least the API accepts (1; 16 for the Responses API),
   ``stream`` as the run asks; a stream is read up to its first event, not to its end;
 - any other kind (``openai-embeddings``): the run's first body (one input);
 - plain HTTP: the run's first request as it is.
@@ -79,7 +80,7 @@ def check(p: Prepared) -> dict[str, Any]:
 
 
 def cheapest(p: Prepared, i: int) -> bytes:
-    """Target ``i``'s first request, with a token budget of 1 for a generating API."""
+    """Target ``i``'s first request, with the least token budget a generating API takes."""
     raw = p.payloads[i][0]
     kind = apis.find(p.opts.api)
     if kind is None or not kind.streams:
@@ -91,9 +92,9 @@ def cheapest(p: Prepared, i: int) -> bytes:
         return raw
     if not isinstance(doc, dict):
         return raw
-    doc[kind.budget_field] = 1
+    doc[kind.budget_field] = kind.preflight_budget
     if "max_completion_tokens" in doc:
-        doc["max_completion_tokens"] = 1
+        doc["max_completion_tokens"] = kind.preflight_budget
     doc.pop("ignore_eos", None)
     return render(p.targets[i], p.method, p.headers, json.dumps(doc).encode())
 

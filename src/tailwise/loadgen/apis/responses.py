@@ -62,6 +62,9 @@ class Responses:
     path = "/v1/responses"
     streams = True
     budget_field = "max_output_tokens"
+    # OpenAI (and Azure) refuse max_output_tokens under 16 with a 400: the preflight asks
+    # for 16, which vLLM and the demo accept as they would 1
+    preflight_budget = 16
     sessions = False  # --turns builds chat ``messages`` histories; not input items
     calibrate_as: CalibrateModel = "llm"
 
@@ -91,8 +94,8 @@ class Responses:
         error = obj.get("error")
         if error is not None or obj.get("object") == "error":
             return Chunk(error=_message(error if error is not None else obj))
-        status = obj.get("status")
-        if status not in ("completed", "incomplete"):
+        status = obj.get("status")  # absent: read as done (usage says the rest)
+        if status is not None and status not in ("completed", "incomplete"):
             return Chunk(error=f"response status {_short(status)}")
         try:
             return _end(obj)
