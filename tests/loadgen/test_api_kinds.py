@@ -32,6 +32,7 @@ class Echo:
     path = "/v1/echo"
     streams = False
     budget_field = ""
+    preflight_budget = 0
     sessions = False
     calibrate_as: CalibrateModel = "http"
     classify_event = staticmethod(llm_stream.classify)
@@ -59,6 +60,7 @@ class Deltas:
     path = "/v1/deltas"
     streams = True
     budget_field = "budget"
+    preflight_budget = 1
     sessions = False
     calibrate_as: CalibrateModel = "llm"
 
@@ -211,7 +213,7 @@ def test_an_unknown_api_is_one_line_listing_the_known_kinds(
     (line,) = err.strip().splitlines()
     assert line == (
         "tailwise: error: --api: got 'responses', expected one of openai-chat, "
-        "openai-completions, openai-embeddings, test-echo"
+        "openai-completions, openai-embeddings, openai-responses, test-echo"
     )
 
 
@@ -219,7 +221,7 @@ def test_the_registry_names_its_kinds_and_refuses_a_second_of_a_name(
     echo_kind: apis.ApiKind,
 ) -> None:
     assert apis.get("openai-chat").sessions and not apis.get("openai-completions").sessions
-    assert [k.streams for k in apis.BUILTIN] == [True, True, False]
+    assert [k.streams for k in apis.BUILTIN] == [True, True, False, True]
     assert apis.find("nope") is None and apis.find(None) is None
     with pytest.raises(ValueError, match="already registered"):
         apis.register(Echo())
@@ -252,6 +254,11 @@ def test_the_registry_names_its_kinds_and_refuses_a_second_of_a_name(
             '"stream_options":{"include_usage":true},"seed":1}',
         ),
         ("openai-embeddings", True, '{"model":"m","input":"a b","seed":1}'),
+        (
+            "openai-responses",
+            True,
+            '{"model":"m","input":"a b","max_output_tokens":5,"stream":true,"seed":1}',
+        ),
     ],
 )
 def test_built_in_bodies_are_byte_for_byte_what_they_were(

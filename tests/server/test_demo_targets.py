@@ -408,6 +408,51 @@ def test_llm_streaming_chat_and_completions(demo: Demo) -> None:
     assert not any(e.get("usage") for e in evs[:-1])
 
 
+def test_llm_responses_api_streamed_and_whole(demo: Demo) -> None:
+    """``/v1/responses``: typed events in order, the text one delta per token, and the end
+    (``response.incomplete``: the answer stopped at its budget) carrying the usage."""
+    url = demo("llm", "--request-timeout", "300ms")
+    body = {"input": [{"role": "user", "content": words(7)}], "max_output_tokens": 5}
+    status, events = stream(url, "/v1/responses", {**body, "stream": True})
+    assert status == 200
+    evs = [e for _, e in events]
+    assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+    kinds = [e["type"] for e in evs]
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * 5,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]
+    assert "".join(e["delta"] for e in evs if "delta" in e) == text_of(5)
+    end = evs[-1]["response"]
+    assert end["status"] == "incomplete"
+    assert end["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert (end["usage"]["input_tokens"], end["usage"]["output_tokens"]) == (7, 5)
+    assert evs[0]["response"]["usage"] is None
+    # not streamed: the whole response object; a text input counts its words too
+    status, whole = post(url, "/v1/responses", {"input": words(3), "max_output_tokens": 4})
+    assert status == 200 and whole["object"] == "response" and whole["error"] is None
+    assert whole["output"][0]["content"][0]["text"] == text_of(4)
+    assert (whole["usage"]["input_tokens"], whole["usage"]["output_tokens"]) == (3, 4)
+    for raw in (b'{"input": 5}', b'{"input": []}', b'{"input": "x", "max_output_tokens": 0}'):
+        status, err = post(url, "/v1/responses", raw)
+        assert status == 400, raw
+        assert_openai_error(err, 400, "invalid_request_error")
+    # a stream that runs out of time ends with response.failed, its error the reason
+    status, events = stream(
+        url, "/v1/responses", {"input": "x", "max_output_tokens": 3000, "stream": True}
+    )
+    last = events[-1][1]
+    assert status == 200 and last["type"] == "response.failed"
+    assert last["response"]["error"] == {"code": "server_error", "message": "request timeout"}
+
+
 # -- 3. robustness ----------------------------------------------------------------
 
 

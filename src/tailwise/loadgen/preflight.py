@@ -5,8 +5,10 @@ port where nothing listens would otherwise cost a whole measurement window of
 failures before the verdict says "check the URL". The preflight sends the run's
 own first request, made as cheap as the API allows, to each target:
 
-- an API kind that generates tokens (``openai-chat``, ``openai-completions``):
-  ``max_tokens`` (and ``max_completion_tokens`` when the body has it) set to 1,
+- an API kind that generates tokens (``openai-chat``, ``openai-completions``,
+  ``openai-responses``): its budget field (``max_tokens``; ``max_output_tokens`` for
+  the Responses API; and ``max_completion_tokens`` when the body has it) set to the
+  kind's ``preflight_budget``, the least the API accepts (1; 16 for the Responses API),
   ``stream`` as the run asks; a stream is read up to its first event, not to its end;
 - any other kind (``openai-embeddings``): the run's first body (one input);
 - plain HTTP: the run's first request as it is.
@@ -78,7 +80,7 @@ def check(p: Prepared) -> dict[str, Any]:
 
 
 def cheapest(p: Prepared, i: int) -> bytes:
-    """Target ``i``'s first request, with a token budget of 1 for a generating API."""
+    """Target ``i``'s first request, with the least token budget a generating API takes."""
     raw = p.payloads[i][0]
     kind = apis.find(p.opts.api)
     if kind is None or not kind.streams:
@@ -90,9 +92,9 @@ def cheapest(p: Prepared, i: int) -> bytes:
         return raw
     if not isinstance(doc, dict):
         return raw
-    doc[kind.budget_field] = 1
+    doc[kind.budget_field] = kind.preflight_budget
     if "max_completion_tokens" in doc:
-        doc["max_completion_tokens"] = 1
+        doc["max_completion_tokens"] = kind.preflight_budget
     doc.pop("ignore_eos", None)
     return render(p.targets[i], p.method, p.headers, json.dumps(doc).encode())
 
@@ -214,14 +216,23 @@ def _hint(p: Prepared, status: int, message: str) -> str:
 
 
 def _error_in(body: bytes) -> str | None:
-    """The message of an OpenAI-style error (a JSON body or a stream's first event), or None."""
+    """The message of an OpenAI-style error (a JSON body or a stream's first event), or None.
+
+    A stream's first event may be named (``event: error`` then ``data:``, as the Responses
+    API sends its events): its data line is read; ``{"type": "error", "message": ...}`` is
+    that API's error event, ``{"error": ...}`` everyone else's.
+    """
     text = body.decode("utf-8", "replace").strip()
+    if text.startswith("event:"):
+        text = text.partition("\n")[2].lstrip()
     if text.startswith("data:"):
         text = text[5:].split("\n", 1)[0].strip()
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
+    if isinstance(doc, dict) and doc.get("type") == "error" and "error" not in doc:
+        return str(doc.get("message") or doc.get("code") or "error")
     if not isinstance(doc, dict) or not doc.get("error"):
         return None
     err = doc["error"]
@@ -238,7 +249,7 @@ def _server_message(body: bytes, headers: list[tuple[str, str]]) -> str:
             found = (
                 str(doc.get("detail") or doc.get("message") or "") if isinstance(doc, dict) else ""
             )
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the interpreter's depth: text
             found = ""
         found = found or body.decode("utf-8", "replace")
     return _bounded(found, headers)

@@ -1,6 +1,6 @@
 """``tailwise serve-demo``: the built-in targets on uvicorn + starlette (``tailwise[server]``).
 
-* ``llm``: OpenAI-compatible completions and chat (streaming or not) on the
+* ``llm``: OpenAI-compatible completions, chat and Responses (streaming or not) on the
   continuous-batching engine of :mod:`tailwise.server.engine`;
 * ``embed``: ``/v1/embeddings`` on the dynamic batcher of :mod:`tailwise.server.batcher`;
 * ``http``: ``/predict``, the c-worker queueing lab of :mod:`tailwise.server.law`.
@@ -38,11 +38,12 @@ from tailwise.server.law import Law, QueueLab
 from tailwise.server.llm_app import (
     EngineResponse,
     LLMRequest,
-    Renderer,
     WireError,
     error_body,
     parse_json,
     parse_request,
+    parse_responses_request,
+    renderer,
 )
 
 KINDS = ("llm", "embed", "http")
@@ -88,10 +89,14 @@ def _refuse(exc: WireError) -> Any:
 def _llm_routes(
     cfg: DemoConfig, engine: Engine, extra: Extra
 ) -> list[tuple[str, Handler, list[str]]]:
-    def endpoint(chat: bool) -> Handler:
+    def endpoint(api: str) -> Handler:
         async def handle(request: Any) -> Any:
             try:
-                req = parse_request(parse_json(await bounded_body(request)), chat, cfg.model)
+                body = parse_json(await bounded_body(request))
+                if api == "responses":
+                    req = parse_responses_request(body, cfg.model)
+                else:
+                    req = parse_request(body, api == "chat", cfg.model)
             except WireError as exc:
                 engine.stats.count(engine.stats.rejected, "bad_request")
                 return _refuse(exc)
@@ -115,8 +120,9 @@ def _llm_routes(
         return _metrics_response(_llm_metrics(engine) + extra())
 
     return [
-        ("/v1/completions", endpoint(False), ["POST"]),
-        ("/v1/chat/completions", endpoint(True), ["POST"]),
+        ("/v1/completions", endpoint("completions"), ["POST"]),
+        ("/v1/chat/completions", endpoint("chat"), ["POST"]),
+        ("/v1/responses", endpoint("responses"), ["POST"]),
         ("/v1/models", models, ["GET"]),
         ("/metrics", metrics, ["GET"]),
     ]
@@ -133,7 +139,7 @@ def _admit(engine: Engine, req: LLMRequest) -> Any:
         message = f"waiting queue full ({engine.config.max_waiting}); retry later"
         body = error_body(429, message, "rate_limit_error")
         return _json(429, body, {"Retry-After": "1"})
-    return EngineResponse(engine, seq, Renderer(req))
+    return EngineResponse(engine, seq, renderer(req))
 
 
 def _llm_metrics(engine: Engine) -> str:

@@ -4,6 +4,12 @@ Prompt length is counted in words (whitespace-separated), the same unit
 tailwise's synthetic prompts use, so ``--input-tokens 128`` means 128 prompt
 tokens here. Output text is synthetic: one word per token, always exactly
 ``max_tokens`` of them (``finish_reason: "length"``).
+
+Three APIs share the engine, and so its cost law: completions and chat
+(:class:`Renderer`) and the Responses API (:class:`ResponsesRenderer`:
+``/v1/responses``, typed ``response.*`` events; having generated exactly
+``max_output_tokens``, an answer ends as OpenAI ends one cut at its budget,
+``response.incomplete`` with ``incomplete_details.reason: "max_output_tokens"``).
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class LLMRequest:
     max_tokens: int
     stream: bool
     include_usage: bool
+    responses: bool = False  # the Responses API: ResponsesRenderer
 
 
 def parse_request(body: dict[str, Any], chat: bool, served_model: str) -> LLMRequest:
@@ -74,6 +81,43 @@ def parse_request(body: dict[str, Any], chat: bool, served_model: str) -> LLMReq
     options = body.get("stream_options") or {}
     include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
     return LLMRequest(chat, model, max(len(text.split()), 1), max_tokens, stream, include_usage)
+
+
+def parse_responses_request(body: dict[str, Any], served_model: str) -> LLMRequest:
+    """A ``/v1/responses`` body: ``input`` (a string or items), ``max_output_tokens``."""
+    model = body.get("model", served_model)
+    if model != served_model:
+        raise WireError(404, f"The model `{model}` does not exist.", "NotFoundError")
+    text = _input_text(body.get("input"))
+    instructions = body.get("instructions")
+    if isinstance(instructions, str):  # a system message ahead of the input (as vLLM does)
+        text = f"{instructions} {text}"
+    max_tokens = body.get("max_output_tokens")
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise WireError(400, f"max_output_tokens: expected an integer >= 1, got {max_tokens!r}")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise WireError(400, f"stream: expected true or false, got {stream!r}")
+    return LLMRequest(False, model, max(len(text.split()), 1), max_tokens, stream, True, True)
+
+
+def _input_text(value: object) -> str:
+    """The words of a Responses ``input``: a string, or items with string or part contents."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list) or not value:
+        raise WireError(400, "input: expected a string or a non-empty list of input items")
+    texts: list[str] = []
+    for item in value:
+        content = item.get("content") if isinstance(item, dict) else None
+        if isinstance(content, list):  # input_text parts (input_image and others: no words)
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        if not isinstance(content, str):
+            raise WireError(400, "input: each item needs a string content or content parts")
+        texts.append(content)
+    return " ".join(texts)
 
 
 def _prompt_text(body: dict[str, Any]) -> str:
@@ -128,6 +172,10 @@ class Renderer:
     def event(self, payload: dict[str, Any]) -> bytes:
         return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
+    def failure(self, status: int, message: str) -> bytes:
+        """The stream's last event when the engine drops the request (timeout, shutdown)."""
+        return self.event(error_body(status, message, "server_error"))
+
     def opening(self) -> bytes:
         """Chat streams start with a role-only delta, as OpenAI and vLLM do."""
         if not self.req.chat:
@@ -163,6 +211,134 @@ class Renderer:
         return {**self._head(""), "choices": [choice], "usage": self.usage()}
 
 
+class ResponsesRenderer:
+    """The Responses API's JSON for one request: typed events and the whole response object.
+
+    A stream is what vLLM and OpenAI send for one text answer: ``response.created``,
+    ``response.in_progress``, the message item and its text part opened, one
+    ``response.output_text.delta`` per token, the text, part and item closed, and the end
+    (``response.incomplete``: the answer stopped at ``max_output_tokens``) carrying the
+    response with its ``usage``. Each event is ``event: TYPE`` then ``data: {...}``.
+    """
+
+    def __init__(self, req: LLMRequest) -> None:
+        self.req = req
+        n = next(_ids)
+        self.id, self.item_id = f"resp_{n}", f"msg_{n}"
+        self.created = int(time.time())
+        self.seq = 0  # sequence_number: every event's place in the stream
+
+    def event(self, payload: dict[str, Any]) -> bytes:
+        kind = str(payload["type"])
+        payload = {"type": kind, "sequence_number": self.seq, **payload}
+        self.seq += 1
+        data = json.dumps(payload, separators=(",", ":")).encode()
+        return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+    def _where(self) -> dict[str, Any]:
+        return {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+
+    def _item(self, status: str, text: str | None) -> dict[str, Any]:
+        parts = [] if text is None else [self._part(text)]
+        return {
+            "id": self.item_id,
+            "type": "message",
+            "role": "assistant",
+            "status": status,
+            "content": parts,
+        }
+
+    def _part(self, text: str) -> dict[str, Any]:
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+    def response(self, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+        """The response object; usage and the end's details only once it has ended."""
+        ended = status in ("completed", "incomplete")
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"}
+            if status == "incomplete"
+            else None,
+            "model": self.req.model,
+            "output": output,
+            "max_output_tokens": self.req.max_tokens,
+            "usage": self.usage() if ended else None,
+        }
+
+    def usage(self) -> dict[str, Any]:
+        p, n = self.req.prompt_tokens, self.req.max_tokens
+        return {
+            "input_tokens": p,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": n,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": p + n,
+        }
+
+    def opening(self) -> bytes:
+        started = self.response("in_progress", [])
+        return b"".join(
+            (
+                self.event({"type": "response.created", "response": started}),
+                self.event({"type": "response.in_progress", "response": started}),
+                self.event(
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": 0,
+                        "item": self._item("in_progress", None),
+                    }
+                ),
+                self.event(
+                    {"type": "response.content_part.added", **self._where(), "part": self._part("")}
+                ),
+            )
+        )
+
+    def token(self, index: int) -> bytes:
+        text = WORDS[index % len(WORDS)]
+        return self.event(
+            {"type": "response.output_text.delta", **self._where(), "delta": text, "logprobs": []}
+        )
+
+    def _text(self) -> str:
+        return "".join(WORDS[i % len(WORDS)] for i in range(self.req.max_tokens))
+
+    def closing(self) -> bytes:
+        text = self._text()
+        item = self._item("incomplete", text)
+        where = self._where()
+        return b"".join(
+            (
+                self.event({"type": "response.output_text.done", **where, "text": text}),
+                self.event(
+                    {"type": "response.content_part.done", **where, "part": item["content"][0]}
+                ),
+                self.event({"type": "response.output_item.done", "output_index": 0, "item": item}),
+                self.event(
+                    {"type": "response.incomplete", "response": self.response("incomplete", [item])}
+                ),
+            )
+        )
+
+    def failure(self, status: int, message: str) -> bytes:
+        """``response.failed``: the response, its status ``failed`` and its ``error``."""
+        failed = self.response("failed", [])
+        failed["error"] = {"code": "server_error", "message": message}
+        return self.event({"type": "response.failed", "response": failed})
+
+    def whole(self) -> dict[str, Any]:
+        return self.response("incomplete", [self._item("incomplete", self._text())])
+
+
+def renderer(req: LLMRequest) -> Renderer | ResponsesRenderer:
+    """The wire format of ``req``'s API."""
+    return ResponsesRenderer(req) if req.responses else Renderer(req)
+
+
 _ABORT_STATUS = {"timeout": 504, "shutdown": 503}
 
 
@@ -174,7 +350,7 @@ class EngineResponse:
     free, whether it was still queued, mid-stream or waiting for a whole answer.
     """
 
-    def __init__(self, engine: Engine, seq: Sequence, render: Renderer) -> None:
+    def __init__(self, engine: Engine, seq: Sequence, render: Renderer | ResponsesRenderer) -> None:
         self.engine = engine
         self.seq = seq
         self.render = render
@@ -217,7 +393,7 @@ class EngineResponse:
                 elif ev == ABORTED and self.seq.abort_reason != "client_disconnected":
                     status = _ABORT_STATUS.get(self.seq.abort_reason, 500)
                     msg = f"request {self.seq.abort_reason.replace('_', ' ')}"
-                    parts.append(self.render.event(error_body(status, msg, "server_error")))
+                    parts.append(self.render.failure(status, msg))
             final = events[-1] in (FINISHED, ABORTED)
             await send(_body(b"".join(parts), more=not final))
             if final:

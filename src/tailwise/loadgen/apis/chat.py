@@ -13,6 +13,7 @@ class Chat:
     path = "/v1/chat/completions"
     streams = True
     budget_field = "max_tokens"
+    preflight_budget = 1
     sessions = True
     calibrate_as: CalibrateModel = "llm"
     classify_event = staticmethod(llm_stream.classify)

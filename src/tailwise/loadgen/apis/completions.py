@@ -13,6 +13,7 @@ class Completions:
     path = "/v1/completions"
     streams = True
     budget_field = "max_tokens"
+    preflight_budget = 1
     sessions = False
     calibrate_as: CalibrateModel = "llm"
     classify_event = staticmethod(llm_stream.classify)

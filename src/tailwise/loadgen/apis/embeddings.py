@@ -13,6 +13,7 @@ class Embeddings:
     path = "/v1/embeddings"
     streams = False  # no tokens generated: no max_tokens, no ignore_eos, no nonce
     budget_field = ""  # no budget: never set
+    preflight_budget = 0  # (nor this)
     sessions = False
     calibrate_as: CalibrateModel = "batching"
     classify_event = staticmethod(llm_stream.classify)  # never streamed; kept for the protocol

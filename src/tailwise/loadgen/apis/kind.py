@@ -24,7 +24,8 @@ class ApiKind(Protocol):
     name: str  # the --api value
     path: str  # appended to a bare base URL (http://host:8000 or .../v1)
     streams: bool  # generates tokens, streamed as SSE unless --no-stream (max_tokens, nonce)
-    budget_field: str  # a generating kind's output-token budget in its body (preflight sets 1)
+    budget_field: str  # a generating kind's output-token budget in its body
+    preflight_budget: int  # what preflight sets it to: the least the API accepts (1 mostly)
     sessions: bool  # holds a conversation: multi-turn sessions (--turns) may use it
     calibrate_as: CalibrateModel  # the model `tailwise calibrate` fits to its runs
 
