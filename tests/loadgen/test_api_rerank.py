@@ -318,3 +318,37 @@ def test_hostile_answers_are_booked_never_a_crash(
     assert s["requests"]["scheduled"] == 5
     assert s["requests"]["errors"] == errors
     assert s["requests"]["ok"] == 5 - sum(errors.values())
+
+
+def _post(url: str, body: object) -> tuple[int, Any]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, json.dumps(body).encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_the_demo_answers_each_shape_and_refuses_what_could_never_run(
+    demo_target: Callable[..., str],
+) -> None:
+    url = demo_target("llm", "--max-num-seqs", "4", "--max-waiting", "4")
+    docs = ["a b", "the fox", "the quick fox"]
+    status, doc = _post(f"{url}/v1/rerank", {"query": "the fox", "documents": docs, "top_n": 2})
+    assert status == 200
+    assert [r["index"] for r in doc["results"]] == [1, 2]  # best first, cut to top_n
+    assert doc["usage"] == {"prompt_tokens": 4 + 4 + 5, "total_tokens": 13}
+    status, doc = _post(f"{url}/rerank", {"query": "the fox", "texts": docs})
+    assert status == 200 and [r["index"] for r in doc] == [1, 2, 0]  # TEI: a bare list
+    assert classify_ranking(json.dumps(doc).encode()).error is None
+    for path in ("/score", "/v1/score"):
+        status, doc = _post(f"{url}{path}", {"text_1": "the fox", "text_2": docs})
+        assert status == 200 and [d["score"] for d in doc["data"]] == [0.0, 1.0, 1.0]
+    status, doc = _post(f"{url}/v1/rerank", {"query": "q", "documents": ["d"] * 9})
+    assert status == 400 and "at most 8 pairs" in doc["error"]["message"]  # 4 + 4
+    for bad in ({"query": 3, "documents": docs}, {"query": "q", "documents": []}):
+        status, doc = _post(f"{url}/v1/rerank", bad)
+        assert status == 400 and doc["error"]["type"] == "invalid_request_error"
