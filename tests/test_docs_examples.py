@@ -43,10 +43,18 @@ class Example:
 
 
 EXAMPLES = {
-    "readme-simulate": Example("README.md", None, exit_code=5, every_line=True),
-    "readme-json-jq": Example(
-        "README.md", "http", keys=(r"^(pass|fail|inconclusive|invalid)$",)
+    "rerank-demo": Example(
+        "docs/rerank.md",
+        "llm",
+        keys=(
+            r"^requests\s+(\d+) = (\d+) ok",
+            r"^\s+\(\+(\d+) warm-up requests",
+            r"^(.) p99\(latency\)<=500ms\s",
+            r"^verdict\s+(\S+)",
+        ),
     ),
+    "readme-simulate": Example("README.md", None, exit_code=5, every_line=True),
+    "readme-json-jq": Example("README.md", "http", keys=(r"^(pass|fail|inconclusive|invalid)$",)),
     "llm-chat": Example(
         "docs/llm.md",
         "lab",

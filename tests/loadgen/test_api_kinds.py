@@ -213,7 +213,8 @@ def test_an_unknown_api_is_one_line_listing_the_known_kinds(
     (line,) = err.strip().splitlines()
     assert line == (
         "tailwise: error: --api: got 'responses', expected one of openai-chat, "
-        "openai-completions, openai-embeddings, openai-responses, test-echo"
+        "openai-completions, openai-embeddings, openai-responses, rerank, score, tei-rerank, "
+        "test-echo"
     )
 
 
@@ -221,7 +222,7 @@ def test_the_registry_names_its_kinds_and_refuses_a_second_of_a_name(
     echo_kind: apis.ApiKind,
 ) -> None:
     assert apis.get("openai-chat").sessions and not apis.get("openai-completions").sessions
-    assert [k.streams for k in apis.BUILTIN] == [True, True, False, True]
+    assert [k.streams for k in apis.BUILTIN] == [True, True, False, True, False, False, False]
     assert apis.find("nope") is None and apis.find(None) is None
     with pytest.raises(ValueError, match="already registered"):
         apis.register(Echo())

@@ -149,6 +149,16 @@ def run_options(f: F) -> F:
             show_default=True,
             help="Synthetic prompt length in words (~tokens); the same forms.",
         ),
+        click.option(
+            "--documents",
+            help="rerank, tei-rerank, score: documents per request, N or a distribution "
+            "as --max-tokens (default 10, at most 10,000).",
+        ),
+        click.option(
+            "--document-tokens",
+            help="rerank, tei-rerank, score: words (~tokens) per document; the same forms "
+            "(default 128).",
+        ),
         click.option("--prompts", help="JSONL dataset: prompt, messages or ShareGPT rows."),
         click.option(
             "--shared-prefix",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import random
 import re
@@ -37,7 +38,8 @@ from tailwise.limits import (
     MAX_WORKERS_PER_CORE,
     within,
 )
-from tailwise.loadgen import apis, openai
+from tailwise.loadgen import apis, documents, openai
+from tailwise.loadgen.apis.rerank import RanksDocuments
 from tailwise.loadgen.exact_prompts import exact_prompts
 from tailwise.loadgen.gpu_metrics import GpuPlan, plan_gpu
 from tailwise.loadgen.server_metrics import ScrapePlan, plan_scrape
@@ -113,6 +115,10 @@ class RunOptions:
     stream: bool = True
     unique_prompts: bool = True  # a per-request nonce at the start of each prompt
     ignore_eos: bool = False  # ask the server to generate exactly max_tokens
+    # Kinds that rank documents (see loadgen.documents): per request, a number or a
+    # distribution; None: the defaults (10 documents of 128 words).
+    documents: int | str | None = None
+    document_tokens: int | str | None = None
     prompts: str | None = None  # a JSONL dataset
     shared_prefix: int | str = 0
     tokenizer: str | None = None  # a tokenizer.json, for servers that report no usage
@@ -258,9 +264,43 @@ def _llm_bodies(
             prompts = list(openai.synthetic_prompts(lengths, o.seed, prefix, nonce))
         max_tokens = openai.sample_lengths(str(o.max_tokens), "--max-tokens", n, rng)
     extra = openai.parse_extra_body(o.extra_body)
+    if isinstance(kind, RanksDocuments):
+        return _ranking_bodies(o, kind, prompts, extra)
     if o.ignore_eos and kind.streams:  # only a generating API has an end of sequence
         extra.setdefault("ignore_eos", True)
     return openai.bodies(api, o.model, max_tokens, prompts, o.stream, extra), prompts
+
+
+def _ranking_bodies(
+    o: RunOptions, kind: RanksDocuments, queries: list[apis.Prompt], extra: dict[str, Any]
+) -> tuple[list[bytes], list[apis.Prompt]]:
+    """A ranking kind's bodies: each query with its drawn documents. The prompts handed
+    back are query and documents as one text, what a ``--tokenizer`` counts as input."""
+    docs, tokens = o.documents, o.document_tokens
+    drawn = documents.rankings(queries, _spec(docs), _spec(tokens), o.seed)
+    out = []
+    for r in drawn:
+        body = kind.ranking_body(o.model or "", r.query, r.documents)
+        body.update(extra)
+        out.append(json.dumps(body, separators=(",", ":")).encode())
+    return out, [r.text() for r in drawn]
+
+
+def _spec(value: int | str | None) -> str | None:
+    return str(value) if value is not None else None
+
+
+def _check_documents(o: RunOptions) -> None:
+    """--documents and --document-tokens only where a kind sends documents."""
+    if o.documents is None and o.document_tokens is None:
+        return
+    if isinstance(apis.find(o.api), RanksDocuments):
+        return
+    field = "--documents" if o.documents is not None else "--document-tokens"
+    given = o.documents if o.documents is not None else o.document_tokens
+    ranking = [n for n in apis.names() if isinstance(apis.get(n), RanksDocuments)]
+    kinds = " or ".join([", ".join(ranking[:-1]), ranking[-1]] if len(ranking) > 1 else ranking)
+    raise BadInput(field, given, f"only with --api {kinds} (the kinds that send documents)")
 
 
 def _requests(
@@ -274,6 +314,7 @@ def _requests(
         raise BadInput("URL", "", "at least one target URL")
     if o.api:
         apis.get(o.api)  # an unknown --api: one line naming the known kinds
+    _check_documents(o)
     urls = [openai.api_url(u, o.api) for u in o.urls] if o.api else o.urls
     targets = [parse_url(u) for u in urls]
     headers = [parse_header(h) for h in o.header]

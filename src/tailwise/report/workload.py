@@ -24,6 +24,8 @@ _REQUEST_OPTIONS = (
     ("max_tokens", "output length"),
     ("prompts", "prompt dataset"),
     ("shared_prefix", "shared prefix"),
+    ("documents", "documents"),
+    ("document_tokens", "document length"),
     ("stream", "streaming"),
     ("method", "method"),
     ("bodies", "bodies"),

@@ -1,7 +1,8 @@
 """``tailwise serve-demo``: the built-in targets on uvicorn + starlette (``tailwise[server]``).
 
 * ``llm``: OpenAI-compatible completions, chat and Responses (streaming or not) on the
-  continuous-batching engine of :mod:`tailwise.server.engine`;
+  continuous-batching engine of :mod:`tailwise.server.engine`, and rerank and score
+  (:mod:`tailwise.server.rank_app`: one engine sequence per query-document pair);
 * ``embed``: ``/v1/embeddings`` on the dynamic batcher of :mod:`tailwise.server.batcher`;
 * ``http``: ``/predict``, the c-worker queueing lab of :mod:`tailwise.server.law`.
 
@@ -32,6 +33,7 @@ from typing import Any
 from tailwise.errors import BadInput, MissingExtra
 from tailwise.instrument import promtext as prom
 from tailwise.laws.llm import EngineConfig
+from tailwise.server import rank_app
 from tailwise.server.batcher import BatchConfig, Batcher, BatchQueueFull
 from tailwise.server.engine import STEP_BUCKETS_S, Engine, QueueFull
 from tailwise.server.law import Law, QueueLab
@@ -125,6 +127,31 @@ def _llm_routes(
         ("/v1/responses", endpoint("responses"), ["POST"]),
         ("/v1/models", models, ["GET"]),
         ("/metrics", metrics, ["GET"]),
+        *_rank_routes(cfg, engine),
+    ]
+
+
+def _rank_routes(cfg: DemoConfig, engine: Engine) -> list[tuple[str, Handler, list[str]]]:
+    """Rerank and score on the same engine (see :mod:`tailwise.server.rank_app`)."""
+
+    def endpoint(route: str) -> Handler:
+        async def handle(request: Any) -> Any:
+            try:
+                req = rank_app.parse_rank(await bounded_body(request), route, cfg.model)
+                status, payload = await rank_app.rank(engine, req)
+            except WireError as exc:
+                engine.stats.count(engine.stats.rejected, "bad_request")
+                return _refuse(exc)
+            return _json(status, payload, {"Retry-After": "1"} if status == 429 else None)
+
+        return handle
+
+    rerank, score = endpoint("rerank"), endpoint("score")
+    return [
+        ("/v1/rerank", rerank, ["POST"]),
+        ("/rerank", rerank, ["POST"]),
+        ("/score", score, ["POST"]),
+        ("/v1/score", score, ["POST"]),
     ]
 
 

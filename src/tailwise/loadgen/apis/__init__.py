@@ -9,12 +9,20 @@ ones), :func:`find` (the kind or None, for a run.json written by another version
 from __future__ import annotations
 
 from tailwise.errors import BadInput
-from tailwise.loadgen.apis import chat, completions, embeddings, responses
+from tailwise.loadgen.apis import chat, completions, embeddings, rerank, responses
 from tailwise.loadgen.apis.kind import ApiKind, Prompt, prompt_text
 
 __all__ = ["ApiKind", "Prompt", "find", "get", "names", "prompt_text", "register", "unregister"]
 
-BUILTIN: tuple[ApiKind, ...] = (chat.KIND, completions.KIND, embeddings.KIND, responses.KIND)
+BUILTIN: tuple[ApiKind, ...] = (
+    chat.KIND,
+    completions.KIND,
+    embeddings.KIND,
+    responses.KIND,
+    rerank.RERANK,
+    rerank.TEI_RERANK,
+    rerank.SCORE,
+)
 _KINDS: dict[str, ApiKind] = {kind.name: kind for kind in BUILTIN}
 
 
