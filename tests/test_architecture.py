@@ -50,6 +50,7 @@ LAYERS: Layers = (
             "tailwise.limits",  # resource budgets every input is sized against
             "tailwise.credentials",  # the secret values given, scrubbed from every output
             "tailwise.files",  # bounded reads, safe YAML, atomic writes
+            "tailwise.imagefmt",  # PNG written, image sizes read: loadgen and the demo share it
             "tailwise.records",
             "tailwise.distributions",
         ),

@@ -74,6 +74,10 @@ def _llm_lines(summary: dict[str, Any]) -> list[str]:
         from tailwise.metrics.gpu import text_lines as gpu_lines
 
         lines += gpu_lines(summary["gpu"])
+    if "images" in summary:
+        from tailwise.loadgen.images import text_lines as image_lines
+
+        lines += image_lines(summary["images"])
     return lines
 
 

@@ -167,6 +167,19 @@ def run_options(f: F) -> F:
             help="Words every synthetic prompt starts with (prefix caching).",
         ),
         click.option(
+            "--images",
+            default="0",
+            show_default=True,
+            help="Synthetic PNG images per chat request (--api openai-chat): N or a "
+            "distribution as --max-tokens; a --prompts row may name its own ('images').",
+        ),
+        click.option(
+            "--image-size",
+            default="512x512",
+            show_default=True,
+            help="Width x height of the synthetic images, in pixels (1 to 4096 each).",
+        ),
+        click.option(
             "--tokenizer",
             help="tokenizer.json to count tokens when the server "
             "reports no usage (pip install 'tailwise[tokenizers]').",

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tailwise.files import OutputError, atomic_write_text
-from tailwise.loadgen import server_view
+from tailwise.loadgen import images, server_view
 from tailwise.loadgen.attack import Engine
 from tailwise.loadgen.execute import Executed, Outcome
 from tailwise.loadgen.prepare import Prepared, plan_window_end
@@ -31,7 +31,7 @@ from tailwise.metrics.histogram import interval_histograms, write_hlog
 from tailwise.metrics.steady import auto_start_ns
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.metrics.verdict import exit_code
-from tailwise.records import Records, write_jsonl
+from tailwise.records import ABSENT, Records, write_jsonl
 
 
 @dataclass
@@ -88,6 +88,8 @@ def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
     if p.sessions is not None and isinstance(engine, SessionLoop):
         info.extra["sessions"] = sessions_section(p.sessions, records, engine.sessions_ended_early)
     info.extra.update(server_part(p, out, records, (start_ns, end_ns), directory))
+    if p.images is not None:
+        info.extra["images"] = image_figures(p, records)
     if writer["state"] != "ok":
         info.extra["records_writer"] = writer
     client_info(info, [client_part(out)])
@@ -232,6 +234,13 @@ def client_info(info: RunInfo, parts: list[dict[str, Any] | None]) -> None:
     info.connect_failures = failures
     for part in parts:
         info.error_samples.merge((part or {}).get("error_samples"))
+
+
+def image_figures(p: Prepared, records: Records) -> dict[str, Any]:
+    """The images the window's sent requests carried (summary.json's ``images``)."""
+    assert p.images is not None
+    rows = records.in_window & (records.sent_ns != ABSENT)
+    return images.figures(p.images, records.seq[rows])
 
 
 def template_overhead(p: Prepared, records: Records, counted_by: str) -> dict[str, Any] | None:

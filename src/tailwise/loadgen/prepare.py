@@ -38,7 +38,7 @@ from tailwise.limits import (
     MAX_WORKERS_PER_CORE,
     within,
 )
-from tailwise.loadgen import apis, documents, openai
+from tailwise.loadgen import apis, documents, image_rows, images, openai
 from tailwise.loadgen.apis.rerank import RanksDocuments
 from tailwise.loadgen.exact_prompts import exact_prompts
 from tailwise.loadgen.gpu_metrics import GpuPlan, plan_gpu
@@ -121,6 +121,9 @@ class RunOptions:
     document_tokens: int | str | None = None
     prompts: str | None = None  # a JSONL dataset
     shared_prefix: int | str = 0
+    # Chat with images (see loadgen.images): per request, N or a distribution; their size
+    images: int | str = 0
+    image_size: str = "512x512"
     tokenizer: str | None = None  # a tokenizer.json, for servers that report no usage
     # The server's Prometheus metrics, scraped beside the load (see loadgen.server_metrics):
     # None: the target's /metrics for an LLM run when it answers; "off": never.
@@ -173,6 +176,7 @@ class Prepared:
     gpu: GpuPlan | None = None  # GPU telemetry, sampled by the driver
     sessions: SessionPlan | None = None  # multi-turn sessions (--turns), with their state
     percentiles: tuple[float, ...] = ()  # --percentiles, parsed
+    images: images.ImageLoad | None = None  # the images each body carries (--images, datasets)
 
     @property
     def scaled_out(self) -> bool:
@@ -263,6 +267,8 @@ def _llm_bodies(
         else:
             prompts = list(openai.synthetic_prompts(lengths, o.seed, prefix, nonce))
         max_tokens = openai.sample_lengths(str(o.max_tokens), "--max-tokens", n, rng)
+    by_row = replay is not None and replay.trace.input_lengths is not None
+    prompts, max_tokens = _with_images(o, prompts, max_tokens, fixed=by_row or bool(o.prompts))
     extra = openai.parse_extra_body(o.extra_body)
     if isinstance(kind, RanksDocuments):
         return _ranking_bodies(o, kind, prompts, extra)
@@ -303,6 +309,28 @@ def _check_documents(o: RunOptions) -> None:
     raise BadInput(field, given, f"only with --api {kinds} (the kinds that send documents)")
 
 
+def _with_images(
+    o: RunOptions, prompts: list[apis.Prompt], max_tokens: list[int], fixed: bool
+) -> tuple[list[apis.Prompt], list[int]]:
+    """--images, --image-size and a dataset's own images, attached (see loadgen.images).
+    ``fixed``: one body per dataset or trace row (else synthetic prompts, used in turn)."""
+    rows = image_rows.read_row_images(o.prompts) if o.prompts else None
+    if _multi_turn(o) and (images.asked(o.images) or rows):
+        # a turn's body is rendered when it comes due: megabytes of history on the send path
+        raise BadInput("--turns", o.turns, "1 with images (a session resends its history)")
+    return images.attach(
+        prompts,
+        max_tokens,
+        api=apis.get(o.api).name,
+        count=o.images,
+        size=o.image_size,
+        seed=o.seed,
+        targets=len(o.urls),
+        rows=rows,
+        fixed=fixed,
+    )
+
+
 def _requests(
     o: RunOptions,
     replay: Replay | None,
@@ -331,6 +359,8 @@ def _requests(
     if o.api:
         llm_bodies, prompts = _llm_bodies(o, replay, counter, nonce)
         bodies = list(llm_bodies)
+    elif images.asked(o.images):
+        raise BadInput("--images", o.images, f"--api {' or '.join(images.IMAGE_KINDS)}")
     elif o.body is not None:
         bodies = [read_body(o.body)]
     elif o.bodies is not None:
@@ -427,6 +457,7 @@ def prepare(o: RunOptions) -> Prepared:
     shown = parse_percentiles(o.percentiles) if o.percentiles else ()
     prepared = Prepared(
         percentiles=shown,
+        images=images.load(prompts),
         opts=o,
         targets=targets,
         payloads=payloads,
@@ -619,4 +650,5 @@ def run_json(p: Prepared, started_unix: float) -> dict[str, Any]:
         "requests": describe(p.targets, p.method, p.headers),
         "window_ns": [p.warmup_ns, p.horizon_ns],
         "slos": [s.spec for s in p.slos],
+        **({"images": images.run_doc(p.images)} if p.images else {}),
     }

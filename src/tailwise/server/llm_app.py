@@ -3,7 +3,8 @@
 Prompt length is counted in words (whitespace-separated), the same unit
 tailwise's synthetic prompts use, so ``--input-tokens 128`` means 128 prompt
 tokens here. Output text is synthetic: one word per token, always exactly
-``max_tokens`` of them (``finish_reason: "length"``).
+``max_tokens`` of them (``finish_reason: "length"``). A chat message's images
+(``image_url`` parts) add tokens by the law of :mod:`tailwise.server.llm_images`.
 
 Three APIs share the engine, and so its cost law: completions and chat
 (:class:`Renderer`) and the Responses API (:class:`ResponsesRenderer`:
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailwise.server.engine import ABORTED, FINISHED, Engine, Sequence
+from tailwise.server.llm_images import ImageRefused, request_image_tokens
 
 WORDS = (" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", ".")
 DEFAULT_MAX_TOKENS = 128
@@ -80,7 +82,16 @@ def parse_request(body: dict[str, Any], chat: bool, served_model: str) -> LLMReq
         raise WireError(400, f"stream: expected true or false, got {stream!r}")
     options = body.get("stream_options") or {}
     include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-    return LLMRequest(chat, model, max(len(text.split()), 1), max_tokens, stream, include_usage)
+    prompt_tokens = max(len(text.split()), 1) + (_image_tokens(body) if chat else 0)
+    return LLMRequest(chat, model, prompt_tokens, max_tokens, stream, include_usage)
+
+
+def _image_tokens(body: dict[str, Any]) -> int:
+    """The chat body's image tokens by the demo's law (see server.llm_images); 400 if unreadable."""
+    try:
+        return request_image_tokens(body)
+    except ImageRefused as exc:
+        raise WireError(400, f"messages: {exc}") from None
 
 
 def parse_responses_request(body: dict[str, Any], served_model: str) -> LLMRequest:

@@ -46,7 +46,15 @@ def prompt_text(prompt: Prompt) -> str:
     """A prompt as plain text: chat messages' contents joined by newlines."""
     if isinstance(prompt, str):
         return prompt
-    return "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+    return "\n".join(content_text(m.get("content", "")) for m in prompt if isinstance(m, dict))
+
+
+def content_text(content: object) -> str:
+    """A message's text: a string, or its ``text`` parts joined (images are not text)."""
+    if isinstance(content, list):
+        texts = (p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return " ".join(t for t in texts if isinstance(t, str))
+    return str(content)
 
 
 def generation_body(
