@@ -46,8 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from tailwise.metrics import catalog, derive
-from tailwise.metrics.percentiles import QUANTILES
+from tailwise.metrics import catalog, derive, tail
+from tailwise.metrics.percentiles import QUANTILES, nearest_rank
 from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import steady_state
 from tailwise.metrics.tail import idle_on_arrival, regeneration
@@ -55,8 +55,11 @@ from tailwise.metrics.uncertainty import (
     CONFIDENCE,
     MIN_BATCHES,
     MIN_EFFECTIVE,
+    MIN_REGEN_BEYOND,
     TAIL_NOTE,
     Estimate,
+    cycle_quantile_bounds,
+    cycle_reach,
     decide_within,
     decision_level,
     heavy_note,
@@ -148,28 +151,79 @@ _Memo = tuple[_Derived, _Quantiles]
 
 
 def distribution_ci(
-    values: np.ndarray, scale: float = NS_PER_MS, quantiles: _Quantiles | None = None
+    values: np.ndarray,
+    scale: float = NS_PER_MS,
+    quantiles: _Quantiles | None = None,
+    idle: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """``{"ci": {key: [lo, hi] | None}, "ci_note": {key: why}}`` for values in time order,
-    bounds divided by ``scale`` (ns -> ms by default)."""
+    bounds divided by ``scale`` (ns -> ms by default). ``idle`` (aligned with ``values``:
+    the request found nothing in flight) adds the intervals of :func:`_regenerative`."""
     x = np.asarray(values, dtype=np.float64)
     if len(x) == 0:
         return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, "no values")}
     if heavy_tailed(x):  # every interval under-covers then, the median's too (see heavy_note)
         return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, heavy_note(x))}
+    confidence = quantiles.confidence if quantiles else CONFIDENCE
+    cycles = _regenerative(x, idle, confidence)
     short = _short_memory_note(x)
     if short:
-        return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, short)}
-    quantiles = quantiles or _Quantiles()
-    estimates = quantiles(x, [q / 100.0 for q in QUANTILES.values()])
-    estimates.append(mean_ci(x, quantiles.confidence))
+        estimates = [Estimate(math.nan, -math.inf, math.inf, False, short)] * len(CI_KEYS)
+    else:
+        quantiles = quantiles or _Quantiles()
+        estimates = quantiles(x, [q / 100.0 for q in QUANTILES.values()])
+        estimates.append(mean_ci(x, confidence))
     ci: dict[str, Any] = {}
     notes: dict[str, str] = {}
     for key, e in zip(CI_KEYS, estimates, strict=True):
-        ci[key] = _pair(e, scale)
-        if not e.supported:
+        pair, by_cycles = _pair(e, scale), cycles.get(key)
+        if by_cycles is not None:  # the wider of the two where both exist
+            lo, hi = (b / scale for b in by_cycles)
+            pair = [lo, hi] if pair is None else [min(pair[0], lo), max(pair[1], hi)]
+        ci[key] = pair
+        if pair is None:
             notes[key] = e.reason
     return {"ci": ci, "ci_note": notes}
+
+
+def _regenerative(x: np.ndarray, idle: np.ndarray | None, confidence: float) -> dict[str, Any]:
+    """``{key: (lo, hi)}``: intervals from blocks of whole regeneration cycles, where the
+    tail model's gates hold (:func:`tailwise.metrics.tail.gates`: many requests found the
+    system empty, and those requests' own latencies, the bare service, are not heavy).
+
+    A request that finds nothing in flight starts the system afresh, so blocks cut there
+    (:func:`~tailwise.metrics.tail.regeneration_blocks`) are independent: their spread
+    needs no allowance for memory, where batch means of equal slices understate it in a
+    run not long against a busy period, or decline. Validation grid cells (200 runs):
+    M/M/1 at 80% load, 50,000 requests: p99 given in 62 runs covering 90.3% before,
+    now 186 covering 94.1%, mean 93.0% -> 95.5%; bursty (gamma CV 2) arrivals at 70%:
+    p99 51 runs 84.3% -> 178 runs 93.3%; at 5,000 requests p90 107 runs 89.7% -> 148 runs
+    92.6%. Where the gates stay shut (M/M/4, heavy service, an LLM engine, 95% load) the
+    intervals are as before. Quantiles only with :data:`MIN_REGEN_BEYOND` values beyond
+    them (ten per block): with fewer, the few blocks holding them decide the spread, and
+    such p99 intervals covered 32% (M/M/1 at 80% load, 5,000 requests)."""
+    if idle is None or len(idle) != len(x) or not np.isfinite(x).all():
+        return {}
+    regen = regeneration(idle, x)
+    if tail.gates(regen, tail.service_heaviness(regen.service)):
+        return {}
+    ranges = tail.regeneration_blocks(len(x), regen.idle)
+    if not ranges:
+        return {}
+    out: dict[str, Any] = {}
+    n = len(x)
+    ordered = np.sort(x)
+    for key, pct in QUANTILES.items():
+        q = pct / 100.0
+        if n * min(q, 1.0 - q) < MIN_REGEN_BEYOND:
+            continue
+        value = nearest_rank(ordered, pct)
+        bounds = cycle_quantile_bounds(x <= value, ordered, q, ranges, confidence)
+        if bounds is not None:
+            out[key] = bounds
+    reach = cycle_reach(x, ranges, confidence)
+    out["mean"] = (float(x.mean()) - reach, float(x.mean()) + reach)
+    return out
 
 
 def _short_memory_note(x: np.ndarray) -> str:
@@ -209,7 +263,8 @@ def _distributions(
         rows = order.rows(window & (r.error == 0) if m.pooled else window)
         sample = catalog.summary_sample(m, r, values, rows)
         memo_q = _Quantiles(quantiles.confidence) if m.pooled else quantiles
-        s[m.summary_key].update(distribution_ci(sample, quantiles=memo_q))
+        idle = None if m.pooled else derived.idle()[rows][m.population(r, values)[rows]]
+        s[m.summary_key].update(distribution_ci(sample, quantiles=memo_q, idle=idle))
 
 
 def _rate_estimates(

@@ -93,6 +93,7 @@ MIN_TAIL = 10  # values needed beyond a quantile, as counted and as effective (i
 LAG1_Z = 1.645  # one-sided 5% test of the batch means' lag-1 autocorrelation
 HEAVY_MIN_VALUES = 200  # fewer values: no far tail to read (and no tail SLO may pass: MIN_TAIL)
 MIN_EFFECTIVE = 50  # independent-equivalent values a run's intervals need (n / inflation)
+MIN_REGEN_BEYOND = 200  # values beyond a quantile for its interval from regeneration blocks
 HEAVY_TOP = 10  # top values the tail's heaviness is read from, at least
 HEAVY_RATIO = 2.0  # Hill estimate / an exponential tail's at that depth: heavy from here
 NS_PER_S = 1e9
@@ -305,6 +306,44 @@ def _batched_reach(batching: Batching, confidence: float) -> tuple[float, float]
     shift = skewness(batching.means) * (2 * t * t + 1) / (6 * math.sqrt(k))
     shift = min(max(shift, -t / 2), t / 2)
     return (t - shift) * se, (t + shift) * se
+
+
+def cycle_reach(
+    series: np.ndarray, ranges: Sequence[tuple[int, int]], confidence: float = CONFIDENCE
+) -> float:
+    """Half-width of the interval of ``series``' mean from blocks of whole regeneration
+    cycles (``ranges``, :func:`tailwise.metrics.tail.regeneration_blocks`): the blocks are
+    independent, of unequal sizes, so the mean is a ratio of their sums to their sizes;
+    its variance is the classical ratio estimator's (the residuals ``Y_j - m N_j``), and
+    the interval Student's t with one degree of freedom fewer than blocks."""
+    y = np.asarray(series, dtype=np.float64)
+    sums = np.array([y[a:b].sum() for a, b in ranges])
+    sizes = np.array([b - a for a, b in ranges], dtype=np.float64)
+    k, total = len(ranges), float(sizes.sum())
+    residual = sums - float(sums.sum()) / total * sizes
+    se = math.sqrt(k / (k - 1) * float(residual @ residual)) / total
+    return t_quantile(_two_sided(confidence), k - 1) * se
+
+
+def cycle_quantile_bounds(
+    good: np.ndarray,
+    ordered: np.ndarray,
+    q: float,
+    ranges: Sequence[tuple[int, int]],
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float] | None:
+    """The ``q``-quantile's interval from the indicator ``good`` (value <= the sample
+    quantile, in time order) over regeneration blocks, inverted into ranks as
+    :func:`quantile_ci` does, never narrower than the iid interval; None when an end
+    falls outside the sample."""
+    n = len(ordered)
+    reach = cycle_reach(good, ranges, confidence)
+    l_iid, u_iid = binomial_ranks(n, q, confidence)
+    lower = min(l_iid, math.floor(n * (q - reach)))
+    upper = max(u_iid, math.ceil(n * (q + reach)) + 1)
+    if lower < 1 or upper > n:
+        return None
+    return _rank_bounds(ordered, lower, upper)
 
 
 def skewness(x: np.ndarray) -> float:
