@@ -49,9 +49,11 @@ interrupted run) stops the search with :class:`KneeAborted`.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from tailwise import knee_law
@@ -71,6 +73,9 @@ class KneeAborted(TailwiseError):
 
 # what a trial keeps of each SLO's share within its threshold (summary ``slos[].within``)
 WITHIN_KEYS = ("share", "n", "needed", "level_ms", "threshold_ms")
+# Invalid runs that do not end a sweep or a knee search: the client's lag could have
+# decided this run's verdict, but the next, heavier one can still be judged.
+GO_ON_CAUSES = frozenset({"client"})
 SETTLE_TRIALS = 3  # at most this many extra trials on each side to show the band's ends
 SETTLE_STEP = 0.8  # each settling trial goes this factor further down (1/this up)
 BAND_AT = (0.78, 1.15)  # the band's firm trials, as shares of the estimated knee
@@ -91,6 +96,82 @@ class Outcome:
     @property
     def settled(self) -> str:
         return self.decided or ("pass" if self.passed else "fail")
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """What an engine hands back for one trial: the run's summary, and its directory
+    (None: not written)."""
+
+    summary: dict[str, Any]
+    directory: Path | None = None
+
+
+RunAt = Callable[[float, int, int], TrialRun]
+"""Runs one trial at ``(rate_rps, number, repeat)``: ``number`` counts the search's
+trials from 1, ``repeat`` the earlier tries of this rate (0 the first time: the base
+seed; a repeat adds it to the seed, so that repeats measure noise)."""
+
+
+def trial_window_s(base_s: float, min_requests: int, rate_rps: float) -> float:
+    """A trial's window: the base one, stretched to hold ``min_requests`` at the rate."""
+    return max(base_s, min_requests / rate_rps)
+
+
+def make_trial(
+    run_at: RunAt, *, firm: bool = True, counter: Iterator[int] | None = None
+) -> Callable[[float], Outcome]:
+    """The one trial builder of measured and simulated knee searches: ``run_at`` runs
+    the engine at a rate, this numbers the trials, seeds the repeats and judges each
+    summary (:func:`trial_outcome`). Trials that share a ``counter`` share one numbering
+    (the knee's steering and settling trials: "trial 7" is the search's seventh)."""
+    numbers = counter if counter is not None else itertools.count(1)
+    tries: dict[float, int] = {}
+
+    def trial(rate_rps: float) -> Outcome:
+        n = next(numbers)
+        # First tries share the base seed (common random numbers across rates).
+        tries[rate_rps] = tries.get(rate_rps, -1) + 1
+        return trial_outcome(run_at(rate_rps, n, tries[rate_rps]), firm)
+
+    return trial
+
+
+def trial_outcome(run: TrialRun, firm: bool = True) -> Outcome:
+    """A trial's outcome from its run's summary, measured or simulated alike."""
+    s = run.summary
+    # A trial the client's lag could have decided is not shown to hold: the search goes
+    # on, counting it as a miss (the knee can only come out lower, never higher).
+    flipped = s.get("verdict_cause") in GO_ON_CAUSES
+    invalid = s["verdict_reason"] if s["verdict"] == "invalid" and not flipped else ""
+    detail = trial_detail(s, flipped, run.directory)
+    return Outcome(point_passed(s), invalid, detail, settled(s), firm)
+
+
+def trial_detail(s: dict[str, Any], flipped: bool, directory: Path | None) -> dict[str, Any]:
+    """What knee.json keeps of a trial's summary (and the live line shows)."""
+    return {
+        "goodput_rps": s["rates"]["goodput_rps"],
+        "throughput_rps": s["rates"]["throughput_rps"],
+        "attainment": s["rates"]["attainment"],
+        "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
+        "stopped_early": s.get("stopped_early"),
+        # As the trial's own summary says it (any SLO's server bound), so that
+        # knee.json and the trial agree; ``client_decided``: that lag made the verdict.
+        "client_could_flip": any(
+            (e.get("server_bound") or {}).get("client_could_flip") for e in s["slos"]
+        ),
+        "client_decided": flipped,
+        "within": [
+            {"spec": e["spec"], **{k: e["within"].get(k) for k in WITHIN_KEYS}}
+            for e in s["slos"]
+            if e.get("within")
+        ],
+        "requests": s["requests"]["scheduled"],
+        "window_s": s["window"]["duration_s"],
+        "verdict_reason": s["verdict_reason"],
+        **({"directory": str(directory)} if directory is not None else {}),
+    }
 
 
 @dataclass(frozen=True)

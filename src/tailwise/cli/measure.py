@@ -14,6 +14,7 @@ from tailwise.cli.options import invoked_argv, run_options
 from tailwise.cli.run_extras import dashboard, dashboard_args, preflight, shown_target
 from tailwise.errors import BadInput, ExitCode
 from tailwise.files import OutputError, atomic_write_text, output_directory
+from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.units import parse_confidence
 
 
@@ -28,7 +29,7 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
 
     kw["slo"] = list(kw["slo"])
     kw["header"] = list(kw["header"])
-    kw["confidence"] = parse_confidence(kw.get("confidence", 0.95))
+    kw["confidence"] = parse_confidence(kw.get("confidence", CONFIDENCE))
     checked = kw.pop("preflight")
     board = dashboard_args(kw)
     opts = RunOptions(urls=list(urls), **kw)
@@ -93,21 +94,22 @@ def _base_options(urls: tuple[str, ...], command: str, kw: dict[str, Any]) -> An
     kw["header"] = list(kw["header"])
     kw["name"] = kw.get("name") or command
     kw.pop("preflight", None)
-    kw["confidence"] = parse_confidence(kw.get("confidence", 0.95))
+    kw["confidence"] = parse_confidence(kw.get("confidence", CONFIDENCE))
     return RunOptions(urls=list(urls), **kw)
 
 
 def _search_dir(opts: Any, checked: bool) -> tuple[Any, bool, dict[str, Any] | None]:
-    """The search's directory, whether its trials go over several processes, and the
-    preflight's outcome (one request per target, once for the whole search)."""
+    """The search's directory, whether no loss watch can judge its trials (so none stops
+    early), and the preflight's outcome (one request per target, once for the search)."""
     import dataclasses
 
+    from tailwise.loadgen.prepare import watch_blind
     from tailwise.loadgen.runner import prepare, run_directory
 
     # Prepared once with a stand-in rate: checks every option before the first step.
     p = prepare(dataclasses.replace(opts, rate="1/s"))
     first = preflight(p, checked)
-    return run_directory(opts, p.targets[0]), p.scaled_out, first
+    return run_directory(opts, p.targets[0]), watch_blind(p), first
 
 
 @click.command()
@@ -282,10 +284,9 @@ def knee(
         confirm = None
     else:
         opts = _base_options(urls, "knee", kw)
-        out_dir, scaled_out, first_answer = _search_dir(opts, checked)
+        out_dir, blind, first_answer = _search_dir(opts, checked)
         sequential = opts.duration in (None, "auto")
-        # prepare.loss_watch: no watch for --warmup auto over several processes
-        if early_stop and scaled_out and opts.warmup == "auto":
+        if early_stop and blind:
             early_stop = False
             if not quiet:
                 click.echo(
@@ -347,7 +348,7 @@ def knee(
             sys.exit(exc.exit_code)
         result, code = exc.result, ExitCode(exc.exit_code)
     doc = result.to_json(slo_specs)
-    doc["confidence"] = float(opts.confidence) if not scenario else 0.95
+    doc["confidence"] = float(opts.confidence) if not scenario else CONFIDENCE
     if first_answer is not None:
         doc["preflight"] = first_answer
     doc["target"] = shown_target(opts) if urls else f"sim:{scenario}"
@@ -396,7 +397,7 @@ def print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
     if band:
         held = f"{band[0]:.4g}/s" if band[0] is not None else "no rate tried"
         failed = f"{band[1]:.4g}/s" if band[1] is not None else "no rate tried"
-        level = f"{100 * float(doc.get('confidence') or 0.95):.4g}%"
+        level = f"{100 * float(doc.get('confidence') or CONFIDENCE):.4g}%"
         click.echo(
             f"band      shown to hold at {held}, shown to fail at {failed} (decided at "
             f"{level} confidence)",

@@ -12,6 +12,7 @@ import click
 from tailwise import arrivals
 from tailwise.errors import ExitCode
 from tailwise.loadgen import apis
+from tailwise.metrics.uncertainty import CONFIDENCE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,7 +53,7 @@ def run_options(f: F) -> F:
         ),
         click.option(
             "--confidence",
-            default="95%",
+            default=f"{100 * CONFIDENCE:g}%",
             show_default=True,
             help="How sure a verdict must be (80%-99.9%): a pass or fail is wrong at most "
             "1 - this; intervals are shown at this level. Lower decides sooner.",

@@ -111,7 +111,7 @@ def auto_warmup(
     that settled starts where its deciding look did (``decided_start_ns``), so that the
     summary judges the sample the decision was made on, and not a cut of its own that
     could leave too few requests to decide. Sets ``records.in_window`` to match."""
-    if p.opts.warmup != "auto":
+    if not p.auto_warmup:
         return window_ns[0], {"mode": "fixed", "start_s": window_ns[0] / 1e9}
     if p.schedule is None or not p.schedule.steady:  # a closed loop, a shape or a trace
         return window_ns[0], {"mode": "auto", "start_s": window_ns[0] / 1e9, "cut_requests": 0}
@@ -204,7 +204,7 @@ def run_info(
         rows_on_disk=rows_on_disk,
         llm=p.streaming,
         percentiles=p.percentiles,
-        confidence=float(p.opts.confidence),
+        confidence=p.confidence,
     )
 
 
@@ -273,7 +273,7 @@ def server_part(
         return {}
     strays = getattr(out.transport, "stray_answers", 0)
     stray = {"stray_answers": strays} if strays else {}
-    if not p.opts.api:
+    if not p.api:
         return {"reconnects": reconnects, **stray}
     notes = getattr(out.transport, "server_notes", None) or {}
     server_view.write_notes(directory, notes)

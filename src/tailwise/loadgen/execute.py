@@ -44,12 +44,11 @@ from tailwise.loadgen.results import Progress, RecordSink, pump
 from tailwise.loadgen.sessions import SessionLoop, TurnPayloads
 from tailwise.loadgen.spill import Spill
 from tailwise.loadgen.transport import Transport
-from tailwise.loadgen.watch import Looks, LossWatch, Sequential
+from tailwise.loadgen.watch import Looks, LossWatch, Sequential, judge_from_ns
 from tailwise.metrics.client import LagSeries
 from tailwise.records import error_code
 
 WATCH_INTERVAL_S = 0.25
-WATCH_MIN_WINDOW_NS = 1_000_000_000
 PRECONNECT_PER_RPS = 100
 PRECONNECT_MAX = 1024
 START_LEAD_NS = 20_000_000  # the clock starts this long after setup, so t=0 is not late
@@ -216,7 +215,7 @@ async def _execute(
     engine.on_busy = probe.resume  # the probe pauses while nothing is in flight
     engine.begin(t0)
     probe.start(t0, busy=lambda: engine.in_flight > 0)
-    show = p.opts.progress if p.opts.progress is not None else sys.stderr.isatty()
+    show = p.progress if p.progress is not None else sys.stderr.isatty()
     progress = _progress(p, engine, show) if show or live.active() else None
     tasks = [loop.create_task(pump(engine, sink, stop_io, spill=spill, progress=progress))]
     if hooks is not None:
@@ -278,7 +277,7 @@ def _progress(p: Prepared, engine: Engine, echo: bool = True) -> Progress:
         engine,
         (p.horizon_ns or 0) / 1e9 or None,
         target_rps=p.schedule.rate_rps if p.schedule is not None else None,
-        label=p.opts.label or "",
+        label=p.label,
         slo_metrics=tuple(s.metric for s in p.slos),
         echo=echo,
     )
@@ -313,7 +312,7 @@ def _cpu_s() -> float:
 
 def _loss_watch(p: Prepared) -> LossWatch | None:
     """A watch for knee trials: open loop at a steady rate with a known window only."""
-    return loss_watch(p) if p.opts.stop_on_slo_loss and p.share[1] == 1 else None
+    return loss_watch(p) if p.stop_on_slo_loss and p.share[1] == 1 else None
 
 
 async def _watch_loop(
@@ -323,10 +322,7 @@ async def _watch_loop(
     stop: asyncio.Event,
     on_loss: Callable[[str], None],
 ) -> None:
-    start, end = watch.window_ns
-    # Judge only after a second of window (or half of a shorter one): the loss may
-    # be certain sooner, but the run's own checks (send lag, Little) need samples.
-    first_ns = start + min(WATCH_MIN_WINDOW_NS, (end - start) // 2)
+    first_ns = judge_from_ns(watch.window_ns)
     while not stop.is_set() and not engine.finished_sending.is_set():
         await asyncio.sleep(WATCH_INTERVAL_S)
         if now_ns() - t0 < first_ns:
@@ -427,13 +423,13 @@ def http_transport(p: Prepared) -> Transport:
         payloads,
         timeout_ns=p.timeout_ns,
         connect_timeout_ns=p.connect_timeout_ns,
-        insecure=p.opts.insecure,
+        insecure=p.insecure,
         preconnect=_preconnect(p),
         streaming=p.streaming,
         counter=p.counter,
         prompt_tokens=p.prompt_tokens,
-        answers=bool(p.opts.api) and not p.streaming,
-        api=apis.get(p.opts.api) if p.opts.api else None,  # a worker lacking it: bad input
+        answers=bool(p.api) and not p.streaming,
+        api=apis.get(p.api) if p.api else None,  # a worker lacking it: bad input
         nonce=p.nonce,
         nonce_stream=p.share[0],  # a worker numbers its requests from 0: its own nonces
     )

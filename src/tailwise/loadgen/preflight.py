@@ -82,7 +82,7 @@ def check(p: Prepared) -> dict[str, Any]:
 def cheapest(p: Prepared, i: int) -> bytes:
     """Target ``i``'s first request, with the least token budget a generating API takes."""
     raw = p.payloads[i][0]
-    kind = apis.find(p.opts.api)
+    kind = apis.find(p.api)
     if kind is None or not kind.streams:
         return raw
     body = raw.partition(b"\r\n\r\n")[2]
@@ -125,7 +125,7 @@ def _ask(p: Prepared, target: Target, request: bytes) -> Answer:
     try:
         if target.tls:
             sock.settimeout(max(deadline - time.perf_counter(), 0.001))
-            sock = _context(p.opts.insecure).wrap_socket(sock, server_hostname=target.host)
+            sock = _context(p.insecure).wrap_socket(sock, server_hostname=target.host)
         sock.settimeout(max(deadline - time.perf_counter(), 0.001))
         sock.sendall(request)
         resp = http.client.HTTPResponse(sock, method=p.method)
@@ -185,7 +185,7 @@ def _judge(p: Prepared, target: Target, a: Answer) -> None:
             f"({_hint(p, a.status, message)}; --no-preflight skips this check)",
             EXIT_REFUSED,
         )
-    error = _error_in(a.body) if p.opts.api else None
+    error = _error_in(a.body) if p.api else None
     if error is not None:
         raise PreflightFailed(
             f"preflight: {where} answered {a.status} with an error: "
@@ -204,10 +204,10 @@ def _judge(p: Prepared, target: Target, a: Answer) -> None:
 def _hint(p: Prepared, status: int, message: str) -> str:
     if status in (401, 403):
         return "check the API key: --api-key, OPENAI_API_KEY or --header"
-    if "model" in message.lower() and p.opts.api:
+    if "model" in message.lower() and p.api:
         return f"check --model, which asked for {excerpt(str(p.opts.model), 60)!r}"
     if status == 404:
-        return "check the URL's path" + (" and --model" if p.opts.api else "")
+        return "check the URL's path" + (" and --model" if p.api else "")
     if status == 405:
         return "check --method"
     if 400 <= status < 500:

@@ -62,7 +62,8 @@ from tailwise.loadgen.targets import (
 from tailwise.loadgen.trace_bodies import Replay, read_replay, trace_prompts
 from tailwise.loadgen.watch import LossWatch, Sequential, plan_looks
 from tailwise.metrics.percentiles import parse_percentiles
-from tailwise.metrics.slo import SLO, parse_slo
+from tailwise.metrics.slo import SLO, or_default, parse_slo
+from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.units import parse_confidence, parse_count, parse_duration_ns, parse_fraction
 
 DEFAULT_MAX_IN_FLIGHT = 10_000  # per process, when the user sets no --max-in-flight
@@ -81,7 +82,7 @@ class RunOptions:
     # How sure every verdict must be (--confidence; a float or "95%"), and under --duration
     # auto the whole run's confidence in its decisions (knee steering trials
     # use less: they only choose the next rate; see tailwise.knee)
-    confidence: float | str = 0.95
+    confidence: float | str = CONFIDENCE
     requests: int | str | None = None
     warmup: str = "auto"  # MSER-5's transient (tailwise.metrics.steady), or a duration
     seed: int = 0
@@ -144,7 +145,10 @@ class RunOptions:
 
 @dataclass
 class Prepared:
-    """A run with every input parsed: what :mod:`~tailwise.loadgen.execute` needs."""
+    """A run with every input parsed: what :mod:`~tailwise.loadgen.execute` needs.
+
+    The stages read these parsed values only. ``opts`` is the options as given, kept for
+    run.json (what the user asked) and the preflight's hints (what they typed)."""
 
     opts: RunOptions
     targets: list[Target]
@@ -177,11 +181,32 @@ class Prepared:
     sessions: SessionPlan | None = None  # multi-turn sessions (--turns), with their state
     percentiles: tuple[float, ...] = ()  # --percentiles, parsed
     images: images.ImageLoad | None = None  # the images each body carries (--images, datasets)
+    confidence: float = CONFIDENCE  # --confidence: the level every verdict is decided at
+    auto_warmup: bool = True  # --warmup auto: the window starts past MSER-5's transient
+    until_decided: bool = False  # --duration auto: the run ends once every SLO is decided
+    stop_on_slo_loss: bool = False  # stop sending once an SLO is certainly lost (knee trials)
+    api: str | None = None  # the --api kind's name (validated); None: plain HTTP
+    insecure: bool = False  # --insecure: no TLS certificate checks
+    ray: str | None = None  # --ray ADDRESS: the workers are Ray actors
+    cap_given: bool = False  # --max-in-flight given: the whole run's, split among workers
+    label: str = ""  # shown before the live line (a sweep step: "[2/5] 40/s")
+    progress: bool | None = None  # the live line; None: when stderr is a terminal
+    # An LLM run asks the server what it is (llama.cpp's slots: server_props) unless
+    # --server-metrics off, which asks the server for nothing but the run's requests.
+    ask_server: bool = False
 
     @property
     def scaled_out(self) -> bool:
         """Whether the run goes to worker processes or Ray actors instead of this process."""
-        return (self.workers is not None and self.workers > 1) or bool(self.opts.ray)
+        return (self.workers is not None and self.workers > 1) or bool(self.ray)
+
+
+def watch_blind(p: Prepared) -> bool:
+    """Whether no SLO-loss watch can judge the run, so nothing stops it early: ``--warmup
+    auto`` over several processes, where no process sees the ranks that tell which
+    requests no cut can reach (docs/sweep.md). The one rule for prepare (refusing
+    ``--stop-on-slo-loss``), :func:`loss_watch` and the knee search (no early stop)."""
+    return p.auto_warmup and (p.scaled_out or p.share[1] > 1)
 
 
 def fd_budget() -> int:
@@ -412,8 +437,7 @@ def prepare(o: RunOptions) -> Prepared:
             raise BadInput(
                 "--slo", s.spec, "a metric an HTTP run measures (latency, e2e, service, send_lag)"
             )
-    if not slos:
-        slos = [SLO("error_rate<=1%", "rate", "error_rate", 0.01, stat="error_rate", implicit=True)]
+    slos = or_default(slos)
     concurrency = parse_count(str(o.concurrency), "--concurrency") if o.concurrency else None
     if concurrency is not None:
         within("--concurrency", concurrency, MAX_CONCURRENCY, "closed-loop users")
@@ -439,13 +463,6 @@ def prepare(o: RunOptions) -> Prepared:
     elif horizon_ns is None and max_count is None:
         raise BadInput("--duration", None, "a duration or --requests for a closed-loop run")
     workers = _scale_out(o, concurrency)
-    if o.stop_on_slo_loss and o.warmup == "auto" and (o.ray or (workers or 1) > 1):
-        # loss_watch: no process sees which requests a cut can reach (docs/sweep.md)
-        raise BadInput(
-            "--stop-on-slo-loss",
-            "with --warmup auto over several processes",
-            "a fixed --warmup (e.g. 2s), or one process",
-        )
     sessions = _sessions(o, payloads, concurrency, workers, method, headers)
     budget = fd_budget()
     cap = (
@@ -495,7 +512,24 @@ def prepare(o: RunOptions) -> Prepared:
             insecure=o.insecure,
         ),
         gpu=plan_gpu(o.gpu_metrics, o.gpu_metrics_interval, o.insecure),
+        confidence=float(o.confidence),
+        auto_warmup=o.warmup == "auto",
+        until_decided=o.duration == "auto",
+        stop_on_slo_loss=o.stop_on_slo_loss,
+        api=o.api,
+        insecure=o.insecure,
+        ray=o.ray,
+        cap_given=bool(o.max_in_flight),
+        label=o.label or "",
+        progress=o.progress,
+        ask_server=bool(o.api) and str(o.server_metrics).strip().lower() != "off",
     )
+    if prepared.stop_on_slo_loss and watch_blind(prepared):
+        raise BadInput(
+            "--stop-on-slo-loss",
+            "with --warmup auto over several processes",
+            "a fixed --warmup (e.g. 2s), or one process",
+        )
     sequential(prepared)  # a --duration auto the run cannot honour fails here, before traffic
     return prepared
 
@@ -601,7 +635,7 @@ def sequential(p: Prepared) -> Sequential | None:
 
     Raises BadInput where the run cannot be sequential: no steady open-loop rate, or
     spread over several processes (each would see only its share)."""
-    if p.opts.duration != "auto":
+    if not p.until_decided:
         return None
     rate = p.schedule.rate_rps if p.schedule is not None else None
     if not rate:  # None unless steady: a closed loop, a shape or a trace
@@ -611,25 +645,22 @@ def sequential(p: Prepared) -> Sequential | None:
     if p.scaled_out:
         raise BadInput("--duration", "auto", "a fixed duration with --workers or --ray")
     assert p.horizon_ns is not None
-    looks = plan_looks(float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9, float(p.opts.confidence))
+    looks = plan_looks(float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9, p.confidence)
     window = (p.warmup_ns, p.horizon_ns)
-    return Sequential(p.slos, window, looks, auto_warmup=p.opts.warmup == "auto")
+    return Sequential(p.slos, window, looks, auto_warmup=p.auto_warmup)
 
 
 def loss_watch(p: Prepared) -> LossWatch | None:
     """The SLO-loss watch of a run (None where it cannot judge: not a steady open-loop rate;
     or ``--warmup auto`` over several processes, where no process sees the ranks that
     tell which requests no cut can reach: those trials run to their end)."""
-    if p.schedule is None or p.horizon_ns is None:
-        return None
-    auto = p.opts.warmup == "auto"
-    if auto and (p.scaled_out or p.share[1] > 1):
+    if p.schedule is None or p.horizon_ns is None or watch_blind(p):
         return None
     rate = p.schedule.rate_rps
     if not rate:  # None unless steady: a shape or a trace has no one rate to judge
         return None
     expected = float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9
-    watch = LossWatch(p.slos, (p.warmup_ns, p.horizon_ns), expected, auto_warmup=auto)
+    watch = LossWatch(p.slos, (p.warmup_ns, p.horizon_ns), expected, auto_warmup=p.auto_warmup)
     return watch if watch.limits else None
 
 

@@ -42,7 +42,7 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
         raise BadInput("transport", "given", "the HTTP transport with --workers or --ray")
     # llama.cpp says how many slots it has: a fact calibrate must not guess (one GET;
     # --server-metrics off asks the server for nothing but the run's requests).
-    asks = p.opts.api and transport is None and not _off(p.opts.server_metrics)
+    asks = p.ask_server and transport is None
     info = probe(p.targets[0].url) if asks else None
     scraper = Scraper(p.scrape, directory) if p.scrape is not None else None
     scraping = scraper.start() if scraper is not None else False
@@ -71,7 +71,7 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
                 _attach_server_metrics(p, result, scraper, scraping, t0_unix_s)
             if sampler is not None:
                 window = _window_ns(result)
-                confidence = float(result.summary.get("confidence", p.opts.confidence))
+                confidence = float(result.summary.get("confidence", p.confidence))
                 result.summary["gpu"] = sampler.finish(
                     t0_unix_s, window, result.records, p.slos, p.streaming, confidence
                 )
@@ -82,10 +82,6 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
 def _window_ns(result: RunResult) -> tuple[int, int]:
     window = result.summary.get("window", {})
     return round(window.get("start_s", 0) * 1e9), round(window.get("end_s", 0) * 1e9)
-
-
-def _off(server_metrics: str | None) -> bool:
-    return server_metrics is not None and server_metrics.strip().lower() == "off"
 
 
 def _rewrite_summary(result: RunResult) -> None:

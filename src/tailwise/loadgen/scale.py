@@ -56,10 +56,11 @@ from tailwise.loadgen.conclude import (
     run_info,
     write_outputs,
 )
-from tailwise.loadgen.execute import WATCH_MIN_WINDOW_NS, no_interrupts
+from tailwise.loadgen.execute import no_interrupts
 from tailwise.loadgen.prepare import Prepared, loss_watch, plan_window_end, run_json
 from tailwise.loadgen.scale_pool import LocalPool, Pool
 from tailwise.loadgen.scale_worker import Message, WorkerSpec
+from tailwise.loadgen.watch import judge_from_ns
 from tailwise.metrics.summary import summarize
 from tailwise.records import Records, write_jsonl
 
@@ -117,15 +118,13 @@ class Driver:
         self.stopped_early = ""
         self.slo_lost = ""
         self.deadline_ns = self._deadline_ns()
-        # As in one process: judge SLOs after a second of window (or half a shorter one).
-        span_ns = (p.horizon_ns or p.warmup_ns) - p.warmup_ns
-        self.judge_from_ns = p.warmup_ns + min(WATCH_MIN_WINDOW_NS, span_ns // 2)
+        self.judge_from_ns = judge_from_ns((p.warmup_ns, p.horizon_ns or p.warmup_ns))
         self.hard_sent = False
         self.started_unix = time.time()
         self.reserve = SpaceReserve(directory)  # room for the summary if the disk fills
         stream: TextIO = sys.stderr
         self.stream = stream
-        show = p.opts.progress
+        show = p.progress
         self.show = stream.isatty() if show is None else show
         self._next_progress = time.monotonic() + PROGRESS_S
 
@@ -211,7 +210,7 @@ class Driver:
         lost = self.view.loss(misses) if self.now_ns() >= self.judge_from_ns else ""
         if lost and not self.slo_lost:
             self.slo_lost = lost
-            if self.p.opts.stop_on_slo_loss and not self.note:
+            if self.p.stop_on_slo_loss and not self.note:
                 self.stopped_early = lost
                 self._tell_all(("stop", "slo"))
         now = self.now_ns()
@@ -249,7 +248,7 @@ class Driver:
         total = (self.p.horizon_ns or 0) / 1e9
         live.publish(
             {
-                "label": self.p.opts.label or "",
+                "label": self.p.label,
                 "elapsed_s": max(now_ns, 0) / 1e9,
                 "total_s": total or None,
                 "sent": sent,
@@ -406,7 +405,7 @@ def _kind(r: Records, kind: str) -> np.ndarray:
 
 def _split_cap(p: Prepared, count: int) -> list[int | None]:
     """A user's --max-in-flight is for the whole run: split it; the default is per process."""
-    if not p.opts.max_in_flight:
+    if not p.cap_given:
         return [None] * count
     total = p.max_in_flight
     if total < count:
@@ -420,10 +419,10 @@ def _flag(pool: Pool) -> str:
 
 def make_pool(p: Prepared, directory: Path) -> tuple[Pool, int]:
     """The pool the options ask for, and how many workers it runs."""
-    if p.opts.ray:
+    if p.ray:
         from tailwise.loadgen.ray_workers import RayPool
 
-        pool = RayPool(p.opts.ray, p.workers, directory)
+        pool = RayPool(p.ray, p.workers, directory)
         return pool, pool.count
     assert p.workers is not None
     return LocalPool(directory), p.workers

@@ -97,7 +97,13 @@ def worker_prepared(spec: WorkerSpec) -> Prepared:
     cap = spec.max_in_flight or min(DEFAULT_MAX_IN_FLIGHT, budget)
     opts = dataclasses.replace(p.opts, progress=False, workers=None, ray=None)
     return dataclasses.replace(
-        p, opts=opts, share=(spec.index, spec.count), max_in_flight=cap, workers=None
+        p,
+        opts=opts,
+        share=(spec.index, spec.count),
+        max_in_flight=cap,
+        workers=None,
+        ray=None,
+        progress=False,
     )
 
 

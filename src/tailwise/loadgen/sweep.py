@@ -14,7 +14,6 @@ would measure the client, not the target); so does an interrupted step.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -24,18 +23,24 @@ from typing import Any
 
 from tailwise.errors import BadInput
 from tailwise.files import atomic_write_text
-from tailwise.knee import WITHIN_KEYS, Outcome, knee_rps, steps_band
+from tailwise.knee import (
+    GO_ON_CAUSES,
+    Outcome,
+    TrialRun,
+    knee_rps,
+    make_trial,
+    steps_band,
+    trial_window_s,
+)
 from tailwise.limits import MAX_CONCURRENCY, within
 from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
 from tailwise.metrics.catalog import CATALOG
+from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.metrics.verdict import point_passed, settled
 from tailwise.units import parse_rate_rps
 from tailwise.version import __version__
 
 SCHEMA = "tailwise.sweep/1"
-# Invalid steps that do not end a sweep or a knee search: the client's lag could have
-# decided this step's verdict, but the next, heavier step can still be judged.
-GO_ON_CAUSES = frozenset({"client"})
 RATES_FORM = "a comma-separated list of rates such as 10,20,40 or 10/s,20/s, auto or double"
 AUTO_MAX_STEPS = 10
 
@@ -99,7 +104,7 @@ def step_row(step: Step) -> dict[str, Any]:
 
 
 def sweep_json(
-    steps: list[Step], target: Any, slos: list[str], note: str, confidence: float = 0.95
+    steps: list[Step], target: Any, slos: list[str], note: str, confidence: float = CONFIDENCE
 ) -> dict[str, Any]:
     closed = any(s.summary.get("mode") == "closed" for s in steps)
     return {
@@ -230,11 +235,11 @@ def knee_trial(
     out_dir: Path,
     min_requests: int = 0,
     stop_early: bool = True,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
     max_duration: str = TRIAL_MAX_DURATION,
     prefix: str = "trial",
     counter: Iterator[int] | None = None,
-) -> Callable[[float], Any]:
+) -> Callable[[float], Outcome]:
     """A knee-search trial that runs one open-loop step per call, in ``out_dir/trial-NN-R``.
 
     Without a ``--duration``, each trial is sequential (``--duration auto``): it
@@ -247,28 +252,22 @@ def knee_trial(
     ``confidence`` (a steering trial of the knee search uses less; only a trial at the
     search's confidence is *firm*, see :mod:`tailwise.knee`). Trials that share a
     ``counter`` share one numbering (the knee's steering and settling trials: "trial 7"
-    is the search's seventh, whichever kind it is).
+    is the search's seventh, whichever kind it is). :func:`tailwise.knee.make_trial`
+    numbers, seeds and judges them, as it does the simulator's.
     """
     from tailwise.units import parse_duration_ns
 
     sequential = base.duration in (None, "auto")
     base_window_s = 0.0 if sequential else parse_duration_ns(str(base.duration), "--duration") / 1e9
 
-    counter = counter if counter is not None else itertools.count(1)
-    tries: dict[float, int] = {}
-
-    def trial(rate_rps: float) -> Outcome:
-        n = next(counter)
-        # A rate tried again gets a fresh schedule seed, so repeats measure noise;
-        # first tries share the base seed (common random numbers across rates).
-        tries[rate_rps] = tries.get(rate_rps, -1) + 1
+    def run_at(rate_rps: float, n: int, repeat: int) -> TrialRun:
         opts = dataclasses.replace(
             base,
             rate=f"{rate_rps:.6g}/s",
-            seed=base.seed + tries[rate_rps],
+            seed=base.seed + repeat,
             duration="auto"
             if sequential
-            else f"{max(base_window_s, min_requests / rate_rps):.3f}s",
+            else f"{trial_window_s(base_window_s, min_requests, rate_rps):.3f}s",
             max_duration=base.max_duration or max_duration,
             confidence=confidence if sequential else base.confidence,
             stop_on_slo_loss=stop_early,
@@ -277,35 +276,7 @@ def knee_trial(
         )
         prepared = prepare(opts)
         result = execute(prepared, run_directory(opts, prepared.targets[0]))
-        s = result.summary
-        # A trial the client's lag could have decided is not shown to hold: the search
-        # goes on, counting it as a miss (the knee can only come out lower, never higher).
-        flipped = s.get("verdict_cause") in GO_ON_CAUSES
-        invalid = s["verdict_reason"] if s["verdict"] == "invalid" and not flipped else ""
-        point_pass, decided = point_passed(s), settled(s)
-        detail = {
-            "goodput_rps": s["rates"]["goodput_rps"],
-            "throughput_rps": s["rates"]["throughput_rps"],
-            "attainment": s["rates"]["attainment"],
-            "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
-            "stopped_early": s.get("stopped_early"),
-            # As the trial's own summary says it (any SLO's server bound), so that
-            # knee.json and the trial agree; ``client_decided``: that lag made the verdict.
-            "client_could_flip": any(
-                (e.get("server_bound") or {}).get("client_could_flip") for e in s["slos"]
-            ),
-            "client_decided": flipped,
-            "within": [
-                {"spec": e["spec"], **{k: e["within"].get(k) for k in WITHIN_KEYS}}
-                for e in s["slos"]
-                if e.get("within")
-            ],
-            "requests": s["requests"]["scheduled"],
-            "window_s": s["window"]["duration_s"],
-            "verdict_reason": s["verdict_reason"],
-            "directory": str(result.directory),
-        }
-        firm = not sequential or confidence >= float(base.confidence)
-        return Outcome(point_pass, invalid, detail, decided, firm)
+        return TrialRun(result.summary, result.directory)
 
-    return trial
+    firm = not sequential or confidence >= float(base.confidence)
+    return make_trial(run_at, firm=firm, counter=counter)

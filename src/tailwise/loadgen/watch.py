@@ -31,13 +31,22 @@ from tailwise.metrics.catalog import CATALOG, lookup
 from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import auto_start_ns
 from tailwise.metrics.tail import idle_on_arrival, regeneration
-from tailwise.metrics.uncertainty import decide_within, decision_level
+from tailwise.metrics.uncertainty import CONFIDENCE, decide_within, decision_level
 from tailwise.records import ABSENT, BLOCK_ROWS, RecordBlock
 
 # SLO metrics the watch can judge early: those ending at a column it reads (catalog
 # ``watch_end``), measured from the scheduled time.
 WATCHED_METRICS = tuple(name for m in CATALOG if m.watch_end for name in m.names)
 WATCH_COLUMNS = ("done_ns", "first_token_ns")
+WATCH_MIN_WINDOW_NS = 1_000_000_000  # a watch judges after this much window (see judge_from_ns)
+
+
+def judge_from_ns(window_ns: tuple[int, int]) -> int:
+    """When a loss watch may first judge, in one process or across workers: after a
+    second of window (or half of a shorter one). The loss may be certain sooner, but
+    the run's own checks (send lag, Little) need samples."""
+    start_ns, end_ns = window_ns
+    return start_ns + min(WATCH_MIN_WINDOW_NS, (end_ns - start_ns) // 2)
 
 
 def _end_column(metric: str, done: np.ndarray, first: np.ndarray) -> np.ndarray:
@@ -199,7 +208,7 @@ def _columns(b: RecordBlock) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 # -- sequential trials: stop once every SLO is decided ---------------------------------------
 
 FIRST_LOOK = 128  # window requests at the first look; each later look doubles the count
-OVERALL_CONFIDENCE = 0.95
+OVERALL_CONFIDENCE = CONFIDENCE  # a sequential run's overall level, unless told
 
 
 @dataclass(frozen=True)

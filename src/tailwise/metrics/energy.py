@@ -45,7 +45,13 @@ from typing import Any
 import numpy as np
 
 from tailwise.metrics.slo import SLO, good_mask
-from tailwise.metrics.uncertainty import MIN_BATCHES, START_BATCHES, batch_means, t_quantile
+from tailwise.metrics.uncertainty import (
+    CONFIDENCE,
+    MIN_BATCHES,
+    START_BATCHES,
+    batch_means,
+    t_quantile,
+)
 from tailwise.records import Records
 
 SAMPLES_PER_SLICE = 2
@@ -64,7 +70,7 @@ def summarize_gpu(
     records: Records,
     slos: list[SLO],
     llm: bool,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
 ) -> dict[str, Any]:
     """The ``gpu`` section from sample rows: ``t_ns`` (run-relative), ``gpus`` or ``error``."""
     ok = sorted((r for r in rows if r.get("gpus")), key=lambda r: r["t_ns"])

@@ -79,6 +79,16 @@ class SLO:
         return self.kind != "rate" and lookup(self.metric).llm_only
 
 
+# A run given no SLO is still judged, on a sanity check that the summary marks as the
+# default ("implicit"): a measured run and a simulated one alike (see or_default).
+DEFAULT_SLO = SLO("error_rate<=1%", "rate", "error_rate", 0.01, stat="error_rate", implicit=True)
+
+
+def or_default(slos: list[SLO]) -> list[SLO]:
+    """``slos``, or :data:`DEFAULT_SLO` alone when none was given."""
+    return slos or [DEFAULT_SLO]
+
+
 def parse_k6(spec: str) -> SLO | None:
     """A k6-style threshold as an SLO, or None when ``spec`` is not written in k6's syntax."""
     if m := _K6_RATE.match(spec):

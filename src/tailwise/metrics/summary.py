@@ -33,6 +33,7 @@ from tailwise.metrics.littles import littles_law
 from tailwise.metrics.percentiles import distribution_ms, nearest_rank
 from tailwise.metrics.reasoning import reasoning_section
 from tailwise.metrics.slo import SLO, evaluate, good_mask
+from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.metrics.verdict import EXIT_CODES, Judged, Verdict, decide
 from tailwise.records import ERROR_KINDS, Records, category_of
 from tailwise.version import __version__
@@ -63,7 +64,7 @@ class RunInfo:
     llm: bool = False
     # Two-sided level of every interval; a sequential run lowers each look's error
     # (see tailwise.loadgen.watch.Sequential) and says so in ``sequential``.
-    confidence: float = 0.95
+    confidence: float = CONFIDENCE
     sequential: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     client_lag: ClientLag | None = None  # the load generator's receive-lag probe

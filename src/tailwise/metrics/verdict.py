@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailwise.errors import ExitCode
+from tailwise.metrics.uncertainty import CONFIDENCE
 
 UNREACHABLE_KINDS = frozenset({"connect", "tls"})
 FD_EXHAUSTED = ("too many open files",)
@@ -287,7 +288,7 @@ def decide(
     window_s: float = float("inf"),
     decided: list[str] | None = None,
     entries: list[dict[str, Any]] | None = None,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
 ) -> Verdict:
     """Apply the rule of this module's docstring, in order.
 

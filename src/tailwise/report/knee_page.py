@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput
+from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.report.charts import Chart
 from tailwise.report.html import esc, figure, meta_table, page, run_sections
 from tailwise.report.workload import step_directory
@@ -220,7 +221,7 @@ def knee_page(doc: dict[str, Any], trials: list[TrialData], charts: list[Chart],
     specs = [str(s) for s in doc.get("slos", [])]
     meta = {**(doc.get("meta") or {}), "target": target, "slos": specs}
     knee = doc.get("knee_rps")
-    level = f"{100 * float(doc.get('confidence') or 0.95):.4g}%"
+    level = f"{100 * float(doc.get('confidence') or CONFIDENCE):.4g}%"
     held, failed = (doc.get("band_rps") or [None, None])[:2]
     body = [
         f"<h1>tailwise knee: {esc(target)}</h1>",

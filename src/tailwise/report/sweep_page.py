@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.records import read_jsonl
 from tailwise.report.charts import Chart, StepData
 from tailwise.report.html import (
@@ -126,7 +127,7 @@ def sweep_page(
     if doc.get("note"):
         body.append(f"<p class='note'>{esc(doc['note'])}</p>")
     band = doc.get("band_rps") or [None, None]
-    level = f"{100 * float(doc.get('confidence') or 0.95):.4g}%"
+    level = f"{100 * float(doc.get('confidence') or CONFIDENCE):.4g}%"
     held = f"up to {band[0]:g}/s" if band[0] is not None else "at no rate"
     failed = f"from {band[1]:g}/s" if band[1] is not None else "at no rate"
     body.append(

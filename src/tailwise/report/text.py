@@ -13,6 +13,7 @@ from rich.text import Text
 
 from tailwise.metrics.catalog import CATALOG
 from tailwise.metrics.percentiles import percentile_key
+from tailwise.metrics.uncertainty import CONFIDENCE
 
 DIST_ROWS = tuple((m.label, m.summary_key) for m in CATALOG if m.report_row)
 _COLS = (
@@ -185,7 +186,7 @@ def _distributions(s: dict[str, Any], wide: bool = True) -> Table:
         table.add_column(label, justify="right")
     table.add_column("n", justify="right", style="dim")
     sim = s.get("source") == "sim"
-    level = f"{100 * s.get('confidence', 0.95):g}% CI"
+    level = f"{100 * s.get('confidence', CONFIDENCE):g}% CI"
     for label, key in DIST_ROWS:
         d = s.get(key)
         if d and not (sim and key in ("service_ms", "send_lag_ms")):  # the same as latency / 0
@@ -230,7 +231,7 @@ def _checks(s: dict[str, Any]) -> Text:
             )
         line = f"{slo['spec']:<28} {shown}" + ("  (default)" if slo.get("implicit") else "")
         t.append(line)
-        _slo_interval(t, slo, s.get("confidence", 0.95), len(line) + 2)
+        _slo_interval(t, slo, s.get("confidence", CONFIDENCE), len(line) + 2)
         bound = slo.get("server_bound") or {}
         if bound.get("client_could_flip"):
             t.append(
@@ -373,7 +374,7 @@ def verdict_confidence(s: dict[str, Any]) -> float:
     """The level a run's verdict was decided at: the whole run's in a sequential run (its
     looks share it), else the summary's."""
     seq = s.get("sequential") or {}
-    return float(seq.get("overall_confidence") or s.get("confidence") or 0.95)
+    return float(seq.get("overall_confidence") or s.get("confidence") or CONFIDENCE)
 
 
 def _level_text(level: float) -> str:
@@ -434,7 +435,7 @@ def render_sweep(doc: dict[str, Any]) -> Group:
     else:
         parts.append(Text(_no_knee(steps), "bold yellow"))
     if doc.get("mode") != "closed" and "band_rps" in doc:
-        parts.append(_band_text(doc.get("band_rps"), float(doc.get("confidence") or 0.95)))
+        parts.append(_band_text(doc.get("band_rps"), float(doc.get("confidence") or CONFIDENCE)))
     if doc.get("slos"):
         parts.append(Text("SLOs      " + "  ".join(doc["slos"])))
     if doc.get("note"):
@@ -456,7 +457,7 @@ def _no_knee(steps: list[dict[str, Any]]) -> str:
     )
 
 
-def _band_text(band: list[float | None] | None, confidence: float = 0.95) -> Text:
+def _band_text(band: list[float | None] | None, confidence: float = CONFIDENCE) -> Text:
     """What the steps *showed* at their confidence, beside the point estimates' knee."""
     held, failed = band or (None, None)
     shown = f"shown to hold up to {held:g}/s" if held is not None else "no rate shown to hold"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,11 @@ from tailwise.arrivals import Schedule, is_steady, parse_schedule
 from tailwise.distributions import Distribution, parse_distribution
 from tailwise.errors import BadInput
 from tailwise.files import atomic_write_text, atomic_writer
+from tailwise.knee import Outcome, TrialRun, make_trial, trial_window_s
 from tailwise.metrics import derive
-from tailwise.metrics.slo import SLO, parse_slo
+from tailwise.metrics.slo import SLO, or_default, parse_slo
 from tailwise.metrics.steady import auto_start_ns
 from tailwise.metrics.summary import RunInfo, summarize
-from tailwise.metrics.verdict import point_passed, settled
 from tailwise.records import INT_COLUMNS, Records, error_code, format_rows
 from tailwise.sim.fast import (
     fcfs_servers,
@@ -311,10 +312,7 @@ def _run_info(
 
 def _slos(sc: Scenario) -> list[SLO]:
     attain = parse_fraction(sc.attainment, "scenario.attainment")
-    slos: list[SLO] = [parse_slo(s, attain) for s in sc.slo]
-    if not slos:
-        slos = [SLO("error_rate<=1%", "rate", "error_rate", 0.01, stat="error_rate", implicit=True)]
-    return slos
+    return or_default([parse_slo(s, attain) for s in sc.slo])
 
 
 def _simulate_llm(sc: Scenario, intervals: bool = True) -> SimRun:
@@ -453,50 +451,36 @@ def sim_trial(
     out_dir: Path | None = None,
     min_requests: int = 0,
     requests: int | None = None,
-) -> Any:
+) -> Callable[[float], Outcome]:
     """A knee-search trial on the simulator: the scenario at another offered rate.
 
     The window stretches to hold ``min_requests`` requests, as for a measured
     trial; with ``requests`` it is exactly ``requests / rate`` long whatever the
     scenario's own window (so trials at different rates, or of fleets of
     different sizes, are judged on samples of one size). Each trial is written
-    to ``out_dir/trial-NN-R`` when given.
+    to ``out_dir/trial-NN-R`` when given. :func:`tailwise.knee.make_trial` numbers,
+    seeds and judges the trials, as it does the load generator's.
     """
-    from tailwise.knee import WITHIN_KEYS, Outcome
-
     base_s = parse_duration_ns(sc.arrival.duration or "60s", "scenario.arrival.duration") / 1e9
-    counter = iter(range(1, 100_000))
-    tries: dict[float, int] = {}
 
-    def trial(rate_rps: float) -> Outcome:
-        n = next(counter)
-        tries[rate_rps] = tries.get(rate_rps, -1) + 1  # a repeat gets a fresh seed
-        window_s = max(base_s, min_requests / rate_rps) if requests is None else requests / rate_rps
+    def run_at(rate_rps: float, n: int, repeat: int) -> TrialRun:
+        if requests is None:
+            window_s = trial_window_s(base_s, min_requests, rate_rps)
+        else:
+            window_s = requests / rate_rps
         arrival = sc.arrival.model_copy(
             update={
                 "rate": f"{rate_rps:.6g}/s",
                 "duration": f"{window_s:.6g}s",
                 "requests": None,
-                "seed": sc.arrival.seed + tries[rate_rps],
+                "seed": sc.arrival.seed + repeat,
             }
         )
         run = simulate(sc.model_copy(update={"arrival": arrival}))
-        s = run.summary
-        detail: dict[str, Any] = {
-            "goodput_rps": s["rates"]["goodput_rps"],
-            "throughput_rps": s["rates"]["throughput_rps"],
-            "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
-            "within": [
-                {"spec": e["spec"], **{k: e["within"].get(k) for k in WITHIN_KEYS}}
-                for e in s["slos"]
-                if e.get("within")
-            ],
-        }
-        if out_dir is not None:
-            where = out_dir / f"trial-{n:02d}-{rate_rps:.4g}rps"
-            write_run(where, run, sc)
-            detail["directory"] = str(where)
-        invalid = s["verdict_reason"] if s["verdict"] == "invalid" else ""
-        return Outcome(point_passed(s), invalid, detail, settled(s))
+        if out_dir is None:
+            return TrialRun(run.summary)
+        where = out_dir / f"trial-{n:02d}-{rate_rps:.4g}rps"
+        write_run(where, run, sc)
+        return TrialRun(run.summary, where)
 
-    return trial
+    return make_trial(run_at)

@@ -37,6 +37,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from tailwise.errors import BadInput
+from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.metrics.verdict import EXIT_CODES, point_passed
 from tailwise.sim.run import simulate
 from tailwise.sim.scenario import Scenario, parse_scenario, system_spec
@@ -44,7 +45,6 @@ from tailwise.version import __version__
 
 REPLICATIONS_SCHEMA = "tailwise.replications/1"
 VARY_SCHEMA = "tailwise.vary/1"
-CONFIDENCE = 0.95
 
 Progress = Callable[[int, int], None]
 """Called after each simulated run with (runs done, runs in the study)."""
