@@ -16,8 +16,7 @@ import pytest
 
 from tailwise.loadgen.runner import RunOptions, execute, prepare
 from tailwise.loadgen.transport import FakeTransport
-from tailwise.loadgen.watch import FIRST_LOOK, FUTILE_NOTE, _requests_to_decide, plan_looks
-from tailwise.metrics.uncertainty import Estimate
+from tailwise.loadgen.watch import FIRST_LOOK, plan_looks
 from tests.clirun import run_cli
 
 MS = 1_000_000
@@ -145,47 +144,3 @@ def test_auto_refuses_what_it_cannot_judge_before_any_traffic(
     code, _, err = run_cli([*argv, *extra, "--out", str(tmp_path / "x")], capsys)
     assert code == 2 and "--duration" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
-
-
-def _edge_run(tmp_path: Path, futility: bool) -> dict[str, object]:
-    """Every tenth answer 30 ms, the rest 5 ms: exactly 90% within 20 ms, so p90 <= 20 ms
-    sits on its threshold and no sample decides it."""
-
-    def law(seq: int) -> tuple[int, int, str]:
-        return ((30 if seq % 10 == 0 else 5) * MS, 200, "")
-
-    opts = RunOptions(
-        urls=["http://127.0.0.1:9/x"], rate="1000/s", duration="auto", max_duration="6s",
-        warmup="0s", slo=["p90(latency)<=20ms"], stop_when_futile=futility,
-    )  # fmt: skip
-    out = tmp_path / ("futile" if futility else "cap")
-    out.mkdir()
-    return execute(prepare(opts), out, transport=FakeTransport(law)).summary
-
-
-def test_a_knee_trial_that_cannot_decide_stops_once_the_looks_show_it(tmp_path: Path) -> None:
-    """A knee's trial stops undecided from a quarter of its cap on, when the counting test
-    would need over three times the cap (here: never, the share sits on its target); a
-    plain run goes on to the cap. Both are inconclusive: nothing is decided by stopping."""
-    futile, capped = _edge_run(tmp_path, True), _edge_run(tmp_path, False)
-    seq, seq_cap = futile["sequential"], capped["sequential"]
-    assert isinstance(seq, dict) and isinstance(seq_cap, dict)
-    assert str(seq["settled"]).startswith(FUTILE_NOTE) and "cannot decide" in str(seq["settled"])
-    assert seq["decided"] is None and not seq["reached_cap"]
-    assert futile["verdict"] == capped["verdict"] == "inconclusive"
-    assert seq_cap["reached_cap"] and seq_cap["settled"] is None
-    assert isinstance(futile["window"], dict) and isinstance(capped["window"], dict)
-    assert futile["window"]["duration_s"] < 0.75 * capped["window"]["duration_s"]
-
-
-def test_requests_to_decide_project_the_reach_as_one_over_root_n() -> None:
-    """At 1,000 requests a share of 0.995 with a lower end 0.985 (reach 0.010) is 0.005
-    above a needed 0.99: halving the reach takes four times the requests."""
-    low = Estimate(0.995, 0.985, 1.0, True)
-    high = Estimate(0.995, 0.985, 1.0, True)
-    assert _requests_to_decide(1000, low, high, 0.99) == pytest.approx(4000)
-    # the estimate below what is needed: only the fail side can decide
-    low, high = Estimate(0.98, 0.97, 0.985, True), Estimate(0.98, 0.97, 0.985, True)
-    assert _requests_to_decide(1000, low, high, 0.99) == pytest.approx(250)
-    on_target = Estimate(0.99, 0.98, 1.0, True)
-    assert _requests_to_decide(1000, on_target, on_target, 0.99) == float("inf")

@@ -136,9 +136,6 @@ class RunOptions:
     gpu_metrics_interval: str = "500ms"
     # Knee trials: stop sending once an SLO is certainly lost (see loadgen.watch).
     stop_on_slo_loss: bool = False
-    # Knee trials at --duration auto: stop once the looks show the cap cannot decide
-    # (see loadgen.watch.Sequential's futility rule).
-    stop_when_futile: bool = False
     # Scale-out (see loadgen.scale): worker processes ("auto": one per core), and a
     # Ray cluster to spread them over.
     workers: int | str | None = None
@@ -188,7 +185,6 @@ class Prepared:
     auto_warmup: bool = True  # --warmup auto: the window starts past MSER-5's transient
     until_decided: bool = False  # --duration auto: the run ends once every SLO is decided
     stop_on_slo_loss: bool = False  # stop sending once an SLO is certainly lost (knee trials)
-    stop_when_futile: bool = False  # --duration auto: stop when the cap cannot decide (knee)
     api: str | None = None  # the --api kind's name (validated); None: plain HTTP
     insecure: bool = False  # --insecure: no TLS certificate checks
     ray: str | None = None  # --ray ADDRESS: the workers are Ray actors
@@ -520,7 +516,6 @@ def prepare(o: RunOptions) -> Prepared:
         auto_warmup=o.warmup == "auto",
         until_decided=o.duration == "auto",
         stop_on_slo_loss=o.stop_on_slo_loss,
-        stop_when_futile=o.stop_when_futile,
         api=o.api,
         insecure=o.insecure,
         ray=o.ray,
@@ -652,7 +647,7 @@ def sequential(p: Prepared) -> Sequential | None:
     assert p.horizon_ns is not None
     looks = plan_looks(float(rate) * (p.horizon_ns - p.warmup_ns) / 1e9, p.confidence)
     window = (p.warmup_ns, p.horizon_ns)
-    return Sequential(p.slos, window, looks, auto_warmup=p.auto_warmup, futility=p.stop_when_futile)
+    return Sequential(p.slos, window, looks, auto_warmup=p.auto_warmup)
 
 
 def loss_watch(p: Prepared) -> LossWatch | None:

@@ -271,7 +271,6 @@ def knee_trial(
             max_duration=base.max_duration or max_duration,
             confidence=confidence if sequential else base.confidence,
             stop_on_slo_loss=stop_early,
-            stop_when_futile=sequential,
             out=str(out_dir / f"{prefix}-{n:02d}-{_round_rate(rate_rps):g}rps"),
             label=f"trial {n}: {rate_rps:.4g}/s",
         )

@@ -31,7 +31,7 @@ from tailwise.metrics.catalog import CATALOG, lookup
 from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import auto_start_ns
 from tailwise.metrics.tail import idle_on_arrival, regeneration
-from tailwise.metrics.uncertainty import CONFIDENCE, Estimate, decide_within, decision_level
+from tailwise.metrics.uncertainty import CONFIDENCE, decide_within, decision_level
 from tailwise.records import ABSENT, BLOCK_ROWS, RecordBlock
 
 # SLO metrics the watch can judge early: those ending at a column it reads (catalog
@@ -209,11 +209,6 @@ def _columns(b: RecordBlock) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 
 FIRST_LOOK = 128  # window requests at the first look; each later look doubles the count
 OVERALL_CONFIDENCE = CONFIDENCE  # a sequential run's overall level, unless told
-# Futility (knee trials): from a look holding FUTILE_FROM of the cap on, a run whose every
-# undecided SLO would need more than FUTILE_FACTOR times the cap to decide stops there.
-FUTILE_FROM = 0.25
-FUTILE_FACTOR = 3.0
-FUTILE_NOTE = "undecided"  # how the reason of a run stopped for futility begins
 
 
 @dataclass(frozen=True)
@@ -285,11 +280,9 @@ class Sequential:
         looks: Looks,
         *,
         auto_warmup: bool = False,
-        futility: bool = False,
     ) -> None:
         self.window_ns = window_ns
         self.looks = looks
-        self.futility = futility
         # --warmup auto: each look judges the window past MSER-5's transient, as the
         # summary does (judged with it, a cold start delayed a clear pass past the cap);
         # start_ns is where the latest look began, and a settled run's summary starts there.
@@ -324,33 +317,16 @@ class Sequential:
         if self.auto_warmup:
             sched, done, first, err = self._past_transient(sched, done, first, err)
             n = len(sched)
-        decided, needs = {}, []
+        decided = {}
         for share in self.shares:
             end = _end_column(share.metric, done, first)
-            d, need = _decide(share, sched, end, done, err, now_ns, confidence)
+            d = _decide(share, sched, end, done, err, now_ns, confidence)
             if d == "inconclusive":
-                needs.append(f"{share.spec} about {need:,.0f}" if math.isfinite(need) else "")
-                if not self._futile(n, need):
-                    return ""
+                return ""
             decided[share.spec] = d
-        if needs:
-            cap = self.looks.sizes[-1]
-            return (
-                f"{FUTILE_NOTE} after {n} requests (look {self.looked}): the cap of {cap:,} "
-                f"cannot decide ({'; '.join(x for x in needs if x) or 'no end in sight'} "
-                "requests needed): stopped to save the time"
-            )
         self.decided = decided
         outcomes = ", ".join(f"{spec} {d}" for spec, d in decided.items())
         return f"decided after {n} requests (look {self.looked}): {outcomes}"
-
-    def _futile(self, n: int, needed: float) -> bool:
-        """Whether an undecided SLO that would need ``needed`` window requests to decide
-        is beyond reach (:data:`FUTILE_FACTOR` times the cap), judged from
-        :data:`FUTILE_FROM` of the cap on (a projection from a few hundred requests is
-        noise). Only where the run asked for it (a knee's trial: its search steps on)."""
-        cap = self.looks.sizes[-1] if self.looks.sizes else 0
-        return self.futility and cap > 0 and n >= FUTILE_FROM * cap and needed > FUTILE_FACTOR * cap
 
     def _past_transient(
         self, sched: np.ndarray, done: np.ndarray, first: np.ndarray, err: np.ndarray
@@ -390,8 +366,7 @@ def _decide(
     err: np.ndarray,
     now_ns: int,
     confidence: float,
-) -> tuple[str, float]:
-    """``(decision, requests the counting test would need)`` at one look."""
+) -> str:
     finished = (end != ABSENT) & (err == 0)
     failed = (err != 0) & (done != ABSENT)
     overdue = ~finished & (now_ns - sched > share.threshold_ns)
@@ -401,24 +376,8 @@ def _decide(
     t = float(share.threshold_ns)
     level = decision_level(confidence)  # what a verdict at the look's confidence decides on
     regen = regeneration(idle_on_arrival(sched, done), as_miss)
-    low, _, decided = decide_within(as_miss, t, share.needed, level, regen)
-    if decided == "pass":
-        return "pass", 0.0
-    high, _, decided = decide_within(as_hit, t, share.needed, level)
-    if decided == "fail":
-        return "fail", 0.0
-    return "inconclusive", _requests_to_decide(len(value), low, high, share.needed)
-
-
-def _requests_to_decide(n: int, low: Estimate, high: Estimate, needed: float) -> float:
-    """Window requests the counting test would need to decide, were the share and its
-    memory to stay as this look measured them: an interval's reach shrinks as
-    ``1/sqrt(n)``, so the side whose distance to ``needed`` is closer to its reach
-    decides at ``n (reach / distance)^2`` (``inf`` when the estimate sits on the wrong
-    side of ``needed`` for both). A projection: the futility rule asks it for a factor."""
-    out = math.inf
-    if low.supported and low.value > needed and low.value > low.lo:
-        out = min(out, n * ((low.value - low.lo) / (low.value - needed)) ** 2)
-    if high.supported and high.value < needed and high.hi > high.value:
-        out = min(out, n * ((high.hi - high.value) / (needed - high.value)) ** 2)
-    return out
+    if decide_within(as_miss, t, share.needed, level, regen)[2] == "pass":
+        return "pass"
+    if decide_within(as_hit, t, share.needed, level)[2] == "fail":
+        return "fail"
+    return "inconclusive"
