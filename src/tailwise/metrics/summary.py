@@ -32,15 +32,15 @@ from tailwise.metrics.intervals import annotate, honour_looks
 from tailwise.metrics.littles import littles_law
 from tailwise.metrics.percentiles import distribution_ms, nearest_rank
 from tailwise.metrics.reasoning import reasoning_section
+from tailwise.metrics.schema import SCHEMA, Summary
 from tailwise.metrics.slo import SLO, evaluate, good_mask
 from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.metrics.verdict import EXIT_CODES, Judged, Verdict, decide
 from tailwise.records import ERROR_KINDS, Records, category_of
 from tailwise.version import __version__
 
-SCHEMA = "tailwise.summary/1"
 CLIENT_CAUSES = frozenset({"client", "client_fds", "load_short"})
-__all__ = ["EXIT_CODES", "SCHEMA", "RunInfo", "summarize"]
+__all__ = ["EXIT_CODES", "SCHEMA", "RunInfo", "Summary", "summarize"]
 CATEGORIES = ("ok", "failed", "timed_out", "cancelled", "not_sent")
 
 
@@ -66,7 +66,10 @@ class RunInfo:
     # (see tailwise.loadgen.watch.Sequential) and says so in ``sequential``.
     confidence: float = CONFIDENCE
     sequential: dict[str, Any] | None = None
+    # Sections added by name after the typed ones, in this order (warmup, workers, sim...).
     extra: dict[str, Any] = field(default_factory=dict)
+    # Prompt tokens the server counted beyond the prompt's own: ``tokens.template_overhead``.
+    template_overhead: dict[str, Any] | None = None
     client_lag: ClientLag | None = None  # the load generator's receive-lag probe
     client_load: dict[str, Any] | None = None  # cpu_s, cpu_share, load_avg_1m, cores
     connect_failures: dict[str, int] = field(default_factory=dict)  # why connects failed
@@ -295,7 +298,9 @@ def _window_shorter_than_a_request(
     )
 
 
-def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
+def summarize(r: Records, info: RunInfo) -> Summary:
+    """The run's summary, final: nothing changes it afterwards (see
+    :mod:`tailwise.metrics.schema`; a later section makes a new one)."""
     start, end = info.window_ns
     t_s = (end - start) / 1e9
     window = r.in_window
@@ -381,8 +386,9 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
         verdict_hint=hint or None,
     )
     summary.update(info.extra)
-    clean: dict[str, Any] = _finite(summary)
-    return clean
+    if info.template_overhead is not None and isinstance(summary.get("tokens"), dict):
+        summary["tokens"]["template_overhead"] = info.template_overhead
+    return Summary.from_json(_finite(summary), strict=True)
 
 
 def _finite(obj: Any) -> Any:
