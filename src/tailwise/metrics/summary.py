@@ -313,7 +313,7 @@ def summarize(r: Records, info: RunInfo) -> Summary:
     client = _client(r, info)
     slos = evaluate(r, info.slos, rates, window)
     judged = _judge_bounds(r, info, slos, window)
-    summary: dict[str, Any] = {
+    doc: dict[str, Any] = {  # the JSON form, typed once complete
         "schema": SCHEMA,
         "tool_version": __version__,
         "source": info.source,
@@ -342,20 +342,20 @@ def summarize(r: Records, info: RunInfo) -> Summary:
     if info.llm:
         start, end = info.window_ns
         done_in = ok & (r.done_ns >= start) & (r.done_ns < end)
-        summary.update(_llm_sections(r, window & ok, done_in, t_s, info.percentiles))
-        summary["reasoning"] = reasoning_section(r, window & ok)
+        doc.update(_llm_sections(r, window & ok, done_in, t_s, info.percentiles))
+        doc["reasoning"] = reasoning_section(r, window & ok)
     if info.percentiles:
-        summary["percentiles"] = list(info.percentiles)
+        doc["percentiles"] = list(info.percentiles)
     if info.mode == "closed":
-        summary["concurrency"] = info.concurrency
-        summary["note"] = (
+        doc["concurrency"] = info.concurrency
+        doc["note"] = (
             "closed-loop: each user waits for its response before sending again, so a slow "
             "server slows the load; latencies hide coordinated omission. Compare, don't certify."
         )
     if info.intervals:
-        annotate(summary, r, info.window_ns, info.slos, good, info.confidence)
+        annotate(doc, r, info.window_ns, info.slos, good, info.confidence)
     if info.sequential is not None:
-        summary["sequential"] = info.sequential
+        doc["sequential"] = info.sequential
         honour_looks(slos, info.sequential)
     v = decide(
         preliminary=_preliminary(r, info, requests),
@@ -379,16 +379,16 @@ def summarize(r: Records, info: RunInfo) -> Summary:
             "--duration auto reached its cap (--max-duration) undecided: the SLO sits near its "
             "threshold; a longer cap narrows the interval, or accept it"
         )
-    summary.update(
+    doc.update(
         verdict=v.verdict,
         verdict_reason=v.reason,
         verdict_cause=v.cause or None,
         verdict_hint=hint or None,
     )
-    summary.update(info.extra)
-    if info.template_overhead is not None and isinstance(summary.get("tokens"), dict):
-        summary["tokens"]["template_overhead"] = info.template_overhead
-    return Summary.from_json(_finite(summary), strict=True)
+    doc.update(info.extra)
+    if info.template_overhead is not None and isinstance(doc.get("tokens"), dict):
+        doc["tokens"]["template_overhead"] = info.template_overhead
+    return Summary.from_json(_finite(doc), strict=True)
 
 
 def _finite(obj: Any) -> Any:
