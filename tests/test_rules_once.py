@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import itertools
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,6 +14,7 @@ from tailwise.errors import BadInput
 from tailwise.knee import GO_ON_CAUSES, TrialRun, make_trial, trial_detail, trial_window_s
 from tailwise.loadgen.prepare import RunOptions, prepare, watch_blind
 from tailwise.loadgen.watch import judge_from_ns
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.slo import DEFAULT_SLO, or_default, parse_slo
 from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.sim.run import sim_trial, simulate
@@ -85,18 +85,20 @@ def test_no_watch_judges_auto_warmup_over_several_processes() -> None:
         prepare(RunOptions(**{**base.__dict__, "stop_on_slo_loss": True}))
 
 
-def _summary(verdict: str = "pass", cause: str | None = None) -> dict[str, Any]:
+def _summary(verdict: str = "pass", cause: str | None = None) -> Summary:
     """The parts of a summary a trial reads, as summarize() writes them."""
-    return {
-        "rates": {"goodput_rps": 9.0, "throughput_rps": 10.0, "attainment": 0.9},
-        "latency_ms": {"p99": 12.0},
-        "slos": [{"spec": "p99(latency)<=50ms", "passed": verdict != "fail"}],
-        "requests": {"scheduled": 100},
-        "window": {"duration_s": 10.0},
-        "verdict": verdict,
-        "verdict_reason": f"the run is {verdict}",
-        **({"verdict_cause": cause} if cause else {}),
-    }
+    return Summary.from_json(
+        {
+            "rates": {"goodput_rps": 9.0, "throughput_rps": 10.0, "attainment": 0.9},
+            "latency_ms": {"p99": 12.0},
+            "slos": [{"spec": "p99(latency)<=50ms", "passed": verdict != "fail"}],
+            "requests": {"scheduled": 100},
+            "window": {"duration_s": 10.0},
+            "verdict": verdict,
+            "verdict_reason": f"the run is {verdict}",
+            **({"verdict_cause": cause} if cause else {}),
+        }
+    )
 
 
 def test_one_trial_builder_numbers_seeds_and_judges() -> None:

@@ -61,12 +61,13 @@ def _step_line(console: Console, i: int, n: int, rate: float, step: Step | None)
     if step is None:
         return  # the run's own live line shows the step while it runs
     s = step.summary
-    r = s["rates"]
-    ttft = (s.get("ttft_ms") or {}).get("p99")
+    r = s.rates
+    dist = s.distribution("ttft_ms")
+    ttft = dist.p99 if dist is not None else None
     ttft_text = f"{ttft:.0f}ms" if ttft is not None else "-"
     console.print(
-        f"[{i + 1}/{n}] {rate:>3g}/s  throughput {r['throughput_rps']:4.1f}/s  "
-        f"goodput {r['goodput_rps']:4.1f}/s  TTFT p99 {ttft_text:>6}  {s['verdict']}"
+        f"[{i + 1}/{n}] {rate:>3g}/s  throughput {r.throughput_rps or 0.0:4.1f}/s  "
+        f"goodput {r.goodput_rps or 0.0:4.1f}/s  TTFT p99 {ttft_text:>6}  {s.verdict}"
     )
 
 

@@ -58,6 +58,7 @@ from typing import Any, Protocol
 
 from tailwise import knee_law
 from tailwise.errors import ExitCode, TailwiseError
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.verdict import point_passed, settled
 
 
@@ -103,7 +104,7 @@ class TrialRun:
     """What an engine hands back for one trial: the run's summary, and its directory
     (None: not written)."""
 
-    summary: dict[str, Any]
+    summary: Summary
     directory: Path | None = None
 
 
@@ -142,34 +143,35 @@ def trial_outcome(run: TrialRun, firm: bool = True) -> Outcome:
     s = run.summary
     # A trial the client's lag could have decided is not shown to hold: the search goes
     # on, counting it as a miss (the knee can only come out lower, never higher).
-    flipped = s.get("verdict_cause") in GO_ON_CAUSES
-    invalid = s["verdict_reason"] if s["verdict"] == "invalid" and not flipped else ""
+    flipped = s.verdict_cause in GO_ON_CAUSES
+    invalid = (s.verdict_reason or "") if s.verdict == "invalid" and not flipped else ""
     detail = trial_detail(s, flipped, run.directory)
     return Outcome(point_passed(s), invalid, detail, settled(s), firm)
 
 
-def trial_detail(s: dict[str, Any], flipped: bool, directory: Path | None) -> dict[str, Any]:
+def trial_detail(s: Summary, flipped: bool, directory: Path | None) -> dict[str, Any]:
     """What knee.json keeps of a trial's summary (and the live line shows)."""
+    latency = s.latency
     return {
-        "goodput_rps": s["rates"]["goodput_rps"],
-        "throughput_rps": s["rates"]["throughput_rps"],
-        "attainment": s["rates"]["attainment"],
-        "latency_p99_ms": (s.get("latency_ms") or {}).get("p99"),
-        "stopped_early": s.get("stopped_early"),
+        "goodput_rps": s.rates.goodput_rps,
+        "throughput_rps": s.rates.throughput_rps,
+        "attainment": s.rates.attainment,
+        "latency_p99_ms": latency.p99 if latency is not None else None,
+        "stopped_early": s.stopped_early,
         # As the trial's own summary says it (any SLO's server bound), so that
         # knee.json and the trial agree; ``client_decided``: that lag made the verdict.
         "client_could_flip": any(
-            (e.get("server_bound") or {}).get("client_could_flip") for e in s["slos"]
+            e.server_bound is not None and e.server_bound.client_could_flip for e in s.slos
         ),
         "client_decided": flipped,
         "within": [
-            {"spec": e["spec"], **{k: e["within"].get(k) for k in WITHIN_KEYS}}
-            for e in s["slos"]
-            if e.get("within")
+            {"spec": e.spec, **{k: e.within.get(k) for k in WITHIN_KEYS}}
+            for e in s.slos
+            if e.within is not None
         ],
-        "requests": s["requests"]["scheduled"],
-        "window_s": s["window"]["duration_s"],
-        "verdict_reason": s["verdict_reason"],
+        "requests": s.requests.scheduled,
+        "window_s": s.window.duration_s,
+        "verdict_reason": s.verdict_reason,
         **({"directory": str(directory)} if directory is not None else {}),
     }
 
@@ -239,7 +241,7 @@ class Judged(Protocol):
     def rate_rps(self) -> float: ...
 
     @property
-    def summary(self) -> dict[str, Any]: ...
+    def summary(self) -> Summary: ...
 
 
 def knee_rps(steps: Sequence[Judged]) -> float | None:
@@ -247,7 +249,7 @@ def knee_rps(steps: Sequence[Judged]) -> float | None:
     (:func:`~tailwise.metrics.verdict.point_passed`; None if the first failed).
 
     None for closed-loop steps: they have no offered rate to find a knee over."""
-    if any(s.summary.get("mode") == "closed" for s in steps):
+    if any(s.summary.closed for s in steps):
         return None
     knee = None
     for step in sorted(steps, key=lambda s: s.rate_rps):
@@ -259,7 +261,7 @@ def knee_rps(steps: Sequence[Judged]) -> float | None:
 
 def steps_band(steps: Sequence[Judged]) -> tuple[float | None, float | None] | None:
     """``(L, H)`` of a sweep's steps, as :func:`decided_band` (None in closed loop)."""
-    if any(s.summary.get("mode") == "closed" for s in steps):
+    if any(s.summary.closed for s in steps):
         return None
     records = [
         TrialRecord(s.rate_rps, point_passed(s.summary), "step", {}, settled(s.summary))

@@ -219,7 +219,8 @@ def test_the_stream_labs_reasoning_steer(tmp_path: Path) -> None:
     assert [len(c or []) for c in r.chunk_times] == [3] * 5  # ITL over answer chunks only
     sec = res.summary["reasoning"]
     assert (sec["reasoning_tokens_total"], sec["answer_tokens_total"]) == (25, 15)
-    assert text_lines(res.summary)[-2].startswith("reasoning 5 requests: first reasoning token")
+    lines = text_lines(res.summary.tokens, res.summary.reasoning)
+    assert lines[-2].startswith("reasoning 5 requests: first reasoning token")
     # TPOT is the answer's pace: its span over its 3 tokens, not over all 8
     tpot_ms = (r.done_ns - r.first_token_ns) / (8 - 5 - 1) / 1e6
     assert res.summary["tpot_ms"]["max"] == pytest.approx(float(tpot_ms.max()), abs=1e-3)

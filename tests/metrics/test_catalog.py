@@ -126,7 +126,7 @@ def test_the_report_table_has_a_row_per_metric(llm_run: SimRun) -> None:
 
 
 def test_compare_shows_every_metrics_rows(llm_run: SimRun) -> None:
-    summary = json.loads(json.dumps(llm_run.summary))
+    summary = json.loads(json.dumps(llm_run.summary.to_json()))
     shown = {row.key for row in compare.compare_runs(summary, summary, 0.1).metrics}
     for m in CATALOG:
         assert {key for key, *_ in m.compare_rows()} <= shown, m.name

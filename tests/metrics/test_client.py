@@ -9,6 +9,7 @@ import pytest
 
 from tailwise.metrics.catalog import metric_bounds
 from tailwise.metrics.client import ClientLag, LagSeries, receive_lag_ns
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.verdict import Judged, Verdict, decide, exit_code
 from tests.synthetic import make_records
 
@@ -127,7 +128,7 @@ def test_each_verdict_and_cause() -> None:
     ],
 )
 def test_exit_codes(verdict: str, cause: str | None, code: int) -> None:
-    assert exit_code({"verdict": verdict, "verdict_cause": cause}) == code
+    assert exit_code(Summary(verdict=verdict, verdict_cause=cause)) == code
 
 
 def test_an_early_stop_the_client_could_have_caused_names_the_client() -> None:
@@ -157,7 +158,7 @@ def test_three_valued_verdicts_follow_what_the_sample_decides() -> None:
     assert v.verdict == "inconclusive" and v.cause == "undecided"
     assert "99.50% within 50 ms" in v.reason and "97.00-99.90%" in v.reason
     assert "99% needed (n=900)" in v.reason and "--duration auto" in v.hint
-    assert exit_code({"verdict": v.verdict, "verdict_cause": None}) == 5
+    assert exit_code(Summary(verdict=v.verdict, verdict_cause=None)) == 5
     # "n too small": no share interval, the value's note instead.
     small = {**entry, "ci": None, "ci_note": "n too small: 1.6 values beyond the quantile"}
     v = _decide(decided=["inconclusive"], entries=[small])

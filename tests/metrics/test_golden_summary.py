@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 from tailwise.metrics.client import ClientLag, LagSeries
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.sim.run import SimRun, simulate
 from tailwise.sim.scenario import load_scenario
@@ -46,7 +47,7 @@ def _run(name: str) -> SimRun:
     return simulate(load_scenario(GOLDEN / f"{name}.yaml"))
 
 
-def _with_client_lag(run: SimRun) -> dict[str, Any]:
+def _with_client_lag(run: SimRun) -> Summary:
     """The LLM run's records summarized as a measured run whose client read late: a
     seeded receive-lag series of up to 3 ms per 5 ms slice."""
     r = run.records
@@ -57,10 +58,10 @@ def _with_client_lag(run: SimRun) -> dict[str, Any]:
         source="loadgen",
         target="http://golden.invalid/v1/chat/completions",
         mode="open",
-        arrival=run.summary["arrival"],
+        arrival=dict(run.summary.arrival),
         window_ns=(
-            int(run.summary["window"]["start_s"] * 1e9),
-            int(run.summary["window"]["end_s"] * 1e9),
+            int((run.summary.window.start_s or 0) * 1e9),
+            int((run.summary.window.end_s or 0) * 1e9),
         ),
         slos=_slos("llm"),
         llm=True,
@@ -76,9 +77,10 @@ def _slos(name: str) -> list[Any]:
 
 
 def _summary(case: str) -> dict[str, Any]:
+    """The case's summary in its JSON form (what summary.json holds)."""
     if case == "llm_lag":
-        return _with_client_lag(_run("llm"))
-    return _run(case).summary
+        return _with_client_lag(_run("llm")).to_json()
+    return _run(case).summary.to_json()
 
 
 def _as_written(summary: dict[str, Any]) -> str:
@@ -100,6 +102,16 @@ def test_summary_matches_the_golden_file_byte_for_byte(case: str) -> None:
     assert [k for k in added if k not in summary] == []
     kept = {k: v for k, v in summary.items() if k not in added}
     assert _as_written(kept) == path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("case", ["http", "llm", "llm_lag"])
+def test_a_golden_file_read_back_writes_the_same_bytes(case: str) -> None:
+    """``Summary.from_json`` then ``to_json``: every key kept, in its order, every value
+    of the same JSON type (an int stays an int), also when read strictly."""
+    text = (GOLDEN / f"{case}.summary.json").read_text(encoding="utf-8")
+    for strict in (False, True):
+        again = Summary.from_json(json.loads(text), strict=strict).to_json()
+        assert json.dumps(again, indent=2) + "\n" == text
 
 
 def test_the_golden_runs_exercise_the_metrics() -> None:

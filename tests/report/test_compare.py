@@ -17,6 +17,7 @@ import pytest
 from tailwise.cli import main
 from tailwise.errors import BadInput
 from tailwise.loadgen.sweep import Step, sweep_json
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.slo import parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.report.compare import compare_dirs, compare_runs, worse_by_more_than
@@ -65,7 +66,7 @@ def summary(
         llm=llm is not None,
         max_send_lag_ns=5 * MS,
     )
-    return summarize(rec, info)
+    return summarize(rec, info).to_json()
 
 
 def write_run(path: Path, s: dict[str, Any]) -> str:
@@ -187,7 +188,8 @@ def write_sweep(path: Path, service_ms: float, rates: tuple[int, ...], note: str
     for rate in rates:
         lat_ms = service_ms / max(1 - rate / 200, 0.05)
         step_dir = path / f"step-{rate}"
-        steps.append(Step(float(rate), step_dir, summary(lat_ms, rate=rate, slos=slos)))
+        doc = summary(lat_ms, rate=rate, slos=slos)
+        steps.append(Step(float(rate), step_dir, Summary.from_json(doc)))
     path.mkdir(parents=True)
     (path / "sweep.json").write_text(json.dumps(sweep_json(steps, "synthetic", list(slos), note)))
     return str(path)

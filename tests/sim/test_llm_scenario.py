@@ -104,8 +104,8 @@ def test_point_estimates_are_the_same_without_intervals(llm: bool) -> None:
     """``simulate(..., intervals=False)`` (the calibration's objective) leaves out the
     intervals and so the verdict, and changes no percentile, rate or count."""
     sc = DEMO if llm else {"servers": 2, "service": "exp:5ms", "arrival": DEMO["arrival"]}
-    full = simulate(parse_scenario(sc)).summary
-    bare = simulate(parse_scenario(sc), intervals=False).summary
+    full = simulate(parse_scenario(sc)).summary.to_json()
+    bare = simulate(parse_scenario(sc), intervals=False).summary.to_json()
 
     def points(obj: Any) -> Any:  # the summary without its intervals and verdict
         if isinstance(obj, dict):

@@ -60,7 +60,7 @@ class Calibration:
     @property
     def slos(self) -> list[str]:
         """The SLOs the runs were judged by (the model keeps them for knee searches)."""
-        return [s["spec"] for s in self.steps[0].summary.get("slos", []) if not s.get("implicit")]
+        return [s.spec for s in self.steps[0].summary.slos if not s.implicit]
 
     @property
     def measured_knee_rps(self) -> float | None:
@@ -71,7 +71,7 @@ class Calibration:
         """The scenario to write: the fitted serving model, a default workload, the SLOs."""
         calm = [s for s in self.steps if not s.saturated] or self.steps[:1]
         rate = self.measured_knee_rps or calm[-1].rate_rps
-        target = str(self.steps[0].summary.get("target") or "the endpoint")
+        target = str(self.steps[0].summary.to_json()["target"] or "the endpoint")
         doc: dict[str, Any] = {
             "name": f"calibrated: {target}",
             "arrival": {"process": "poisson", "rate": f"{rate:g}/s", "duration": "60s"},

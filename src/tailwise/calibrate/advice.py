@@ -26,10 +26,9 @@ def measured_range(steps: list[Step]) -> dict[str, Any]:
     """The highest throughput measured (and its 95% interval's upper end), whether a
     step saturated and, for an LLM, the prompt (as prefilled) and answer lengths sent."""
     top = max(steps, key=lambda s: s.throughput_rps)
-    ci = (top.summary.get("rates") or {}).get("ci") or {}
-    interval = ci.get("throughput_rps") if isinstance(ci, dict) else None
+    interval = (top.summary.rates.ci or {}).get("throughput_rps")
     edge = top.throughput_rps
-    if isinstance(interval, list) and len(interval) == 2 and isinstance(interval[1], int | float):
+    if interval is not None and interval[1] is not None:
         edge = max(edge, float(interval[1]))
     out: dict[str, Any] = {
         "throughput_rps": round(top.throughput_rps, 4),

@@ -170,7 +170,7 @@ def measured(step: Step) -> dict[str, float]:
     if step.kind == "llm":
         arrays = {"ttft_ms": step.ttft_ms, "tpot_ms": step.tpot_ms}
     out: dict[str, float] = {"throughput": step.throughput_rps}
-    offered = float(step.summary["rates"].get("offered_rps") or 0.0)
+    offered = float(step.summary.rates.offered_rps or 0.0)
     if offered > 0:
         out[SERVED] = step.throughput_rps / offered
     for label, section, p in METRICS[step.kind]:
@@ -238,8 +238,8 @@ def replay_of(step: Step) -> Replay:
     answer cap it asked for, else the longest answer seen)."""
     r = step.records
     sent = r.sent_ns >= 0
-    window = step.summary["window"]
-    window_ns = (round(float(window["start_s"]) * 1e9), round(float(window["end_s"]) * 1e9))
+    window = step.summary.window
+    window_ns = (round(float(window.start_s or 0.0) * 1e9), round(float(window.end_s or 0.0) * 1e9))
     prompt = output = None
     if step.kind == "llm":
         ok = step.ok()
@@ -276,12 +276,14 @@ def predict(model: dict[str, Any], step: Step, min_requests: int) -> dict[str, f
     for seed in range(1, replications_for(step, min_requests) + 1):
         # Point estimates: a fit reads percentiles, never their intervals.
         summary = replay(parse_scenario(step_model(model, step, seed)), arrivals).summary
-        rates = summary["rates"]
-        sums.setdefault("throughput", []).append(float(rates["throughput_rps"]))
-        if rates.get("offered_rps"):
-            sums.setdefault(SERVED, []).append(rates["throughput_rps"] / rates["offered_rps"])
+        rates = summary.rates
+        throughput = float(rates.throughput_rps or 0.0)
+        sums.setdefault("throughput", []).append(throughput)
+        if rates.offered_rps:
+            sums.setdefault(SERVED, []).append(throughput / rates.offered_rps)
         for label, section, p in METRICS[step.kind]:
-            value = (summary.get(section) or {}).get(p)
+            dist = summary.distribution(section)
+            value = dist.get(p) if dist is not None else None
             if value is not None:
                 sums.setdefault(label, []).append(float(value))
         if seed == 2 and all(len(v) == 2 and v[0] == v[1] for v in sums.values()):

@@ -26,6 +26,7 @@ from tailwise.errors import BadInput
 from tailwise.loadgen import apis
 from tailwise.loadgen.server_view import SERVER_FILE
 from tailwise.metrics.derive import latency_ns, service_ttft_ns, tpot_ns
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.shape import check_summary
 from tailwise.records import Records, read_jsonl
 from tailwise.units import parse_rate_rps
@@ -41,7 +42,7 @@ class Step:
     """One measured run: its summary, records and what the client sent."""
 
     directory: Path
-    summary: dict[str, Any]
+    summary: Summary  # its summary.json, read through Summary.from_json
     records: Records
     options: dict[str, Any]  # run.json options ({} for a simulated run)
     kind: str
@@ -49,28 +50,28 @@ class Step:
     @property
     def rate_rps(self) -> float:
         """The intended offered rate (the schedule's), not the realised one."""
-        arrival = self.summary["arrival"]
+        arrival = self.summary.arrival
         if arrival.get("rate_rps"):
             return float(arrival["rate_rps"])
         if isinstance(arrival.get("rate"), str):  # a simulated run keeps the rate's text
             return parse_rate_rps(arrival["rate"], "arrival.rate")
-        return float(self.summary["rates"]["offered_rps"])
+        return _number(self.summary.rates.offered_rps, "rates.offered_rps")
 
     @property
     def throughput_rps(self) -> float:
-        return float(self.summary["rates"]["throughput_rps"])
+        return _number(self.summary.rates.throughput_rps, "rates.throughput_rps")
 
     @property
     def window_s(self) -> float:
-        return float(self.summary["window"]["duration_s"])
+        return _number(self.summary.window.duration_s, "window.duration_s")
 
     @property
     def warmup_s(self) -> float:
-        return float(self.summary["window"]["start_s"])
+        return _number(self.summary.window.start_s, "window.start_s")
 
     @property
     def process(self) -> str:
-        return str(self.summary["arrival"].get("process") or "poisson")
+        return str(self.summary.arrival.get("process") or "poisson")
 
     def ok(self) -> np.ndarray:
         """Successful requests inside the measurement window."""
@@ -140,8 +141,7 @@ class Step:
     @property
     def server_info(self) -> dict[str, Any]:
         """What the server said of its configuration before the run (llama.cpp's slots)."""
-        info = self.summary.get("server_info")
-        return info if isinstance(info, dict) else {}
+        return dict(self.summary.section("server_info"))
 
     def growth(self) -> float:
         """How much the latency (TTFT for an LLM) grew through the window: a backlog."""
@@ -160,12 +160,19 @@ class Step:
     def saturated(self) -> bool:
         """Past capacity: a backlog grew through the window, or much less got done
         than was offered."""
-        offered = float(self.summary["rates"]["offered_rps"])
+        offered = _number(self.summary.rates.offered_rps, "rates.offered_rps")
         short = offered > 0 and self.throughput_rps < SATURATED_SHORTFALL * offered
         return short or self.growth() >= SATURATED_GROWTH
 
 
-def _kind_of(summary: dict[str, Any], options: dict[str, Any], scenario: dict[str, Any]) -> str:
+def _number(value: float | None, key: str) -> float:
+    """A number every summary has; a file without it is out of shape."""
+    if value is None:
+        raise BadInput("RUN_OR_SWEEP_DIR", f"summary.json {key}: missing", "a number")
+    return float(value)
+
+
+def _kind_of(summary: Summary, options: dict[str, Any], scenario: dict[str, Any]) -> str:
     if scenario:
         if scenario.get("llm"):
             return "llm"
@@ -173,7 +180,7 @@ def _kind_of(summary: dict[str, Any], options: dict[str, Any], scenario: dict[st
     kind = apis.find(options.get("api"))  # None: no --api, or one this version lacks
     if kind is not None:
         return kind.calibrate_as
-    return "llm" if summary.get("ttft_ms") else "http"
+    return "llm" if summary.distribution("ttft_ms") is not None else "http"
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -213,8 +220,9 @@ def _located(parent: Path, directory: str) -> Path:
 
 
 def load_step(directory: Path, kind: str | None = None) -> Step:
-    summary = check_summary(_read_json(directory / "summary.json"), f"{directory}/summary.json")
-    if summary.get("mode") == "closed":
+    doc = check_summary(_read_json(directory / "summary.json"), f"{directory}/summary.json")
+    summary = Summary.from_json(doc)
+    if summary.closed:
         raise BadInput("RUN_OR_SWEEP_DIR", str(directory), "open-loop runs (this one is closed)")
     run_json = directory / "run.json"
     options = _read_json(run_json).get("options", {}) if run_json.is_file() else {}
@@ -239,8 +247,8 @@ def load_steps(paths: list[Path], kind: str | None = None) -> tuple[list[Step], 
                 continue
             step = load_step(d, kind)
             s = step.summary
-            if s.get("verdict") == "invalid" or s.get("interrupted"):
-                notes.append(f"{d.name}: {s.get('verdict_reason') or 'interrupted'}, left out")
+            if s.verdict == "invalid" or s.interrupted:
+                notes.append(f"{d.name}: {s.verdict_reason or 'interrupted'}, left out")
                 continue
             if not step.ok().any():
                 notes.append(f"{d.name}: no successful request in the window, left out")

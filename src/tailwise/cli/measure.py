@@ -6,9 +6,12 @@ import itertools
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from tailwise.metrics.schema import Summary
 
 from tailwise.cli.options import invoked_argv, run_options
 from tailwise.cli.run_extras import dashboard, dashboard_args, preflight, shown_target
@@ -23,6 +26,9 @@ from tailwise.units import parse_confidence
 @run_options
 def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
     """Measure URL(s) with an open-loop load generator (several URLs: round-robin)."""
+    import dataclasses
+
+    from tailwise.loadgen.conclude import write_summary
     from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
     from tailwise.report.meta import collect
     from tailwise.report.text import print_summary
@@ -39,32 +45,33 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
     with dashboard(board, f"run {prepared.targets[0].url}"):
         result = execute(prepared, directory)
     if first is not None:  # recorded apart: never a record, never in the window
-        result.summary["preflight"] = first
-        atomic_write_text(directory / "summary.json", json.dumps(result.summary, indent=2) + "\n")
+        result = dataclasses.replace(result, summary=result.summary.with_sections(preflight=first))
+        write_summary(directory, result.summary)
     meta = collect(invoked_argv())
     try:  # the report's provenance: a run whose disk filled up goes on without it
         atomic_write_text(directory / "meta.json", json.dumps(meta, indent=2) + "\n")
     except OutputError as exc:
         click.echo(f"tailwise: meta.json not written ({exc.reason})", err=True)
     if as_json:
-        click.echo(json.dumps(result.summary, indent=2))
+        click.echo(json.dumps(result.summary.to_json(), indent=2))
     if not quiet:
         print_summary(result.summary, str(directory), stderr=as_json)
         for line in _llm_lines(result.summary):
             click.echo(line, err=as_json)
-        if "workers" in result.summary:
+        if "workers" in result.summary.sections:
             from tailwise.loadgen.scale import workers_line
 
-            click.echo(workers_line(result.summary), err=as_json)
+            click.echo(workers_line(result.summary.section("workers")), err=as_json)
     sys.exit(result.exit_code)
 
 
-def _llm_lines(summary: dict[str, Any]) -> list[str]:
+def _llm_lines(s: Summary) -> list[str]:
     """Token rates, reasoning and the server's own metrics, under the run's summary."""
     from tailwise.loadgen.server_view import server_lines
     from tailwise.metrics import reasoning, server
 
-    lines = server_lines(summary) + reasoning.text_lines(summary)
+    summary = s.sections
+    lines = server_lines(summary) + reasoning.text_lines(s.tokens, s.reasoning)
     if "sessions" in summary:
         from tailwise.loadgen.sessions import text_lines
 
@@ -90,6 +97,7 @@ def _base_options(urls: tuple[str, ...], command: str, kw: dict[str, Any]) -> An
         raise BadInput("--rate", "given", f"no --rate with {command}: it chooses the rates")
     if command == "knee" and kw.get("stop_on_slo_loss"):
         raise BadInput("--stop-on-slo-loss", "with knee", "--early-stop (on by default)")
+
     kw["slo"] = list(kw["slo"])
     kw["header"] = list(kw["header"])
     kw["name"] = kw.get("name") or command
@@ -146,17 +154,17 @@ def sweep(
 
     def on_step(i: int, n: int, rate: float, step: Any) -> None:
         if step is not None and boards:
-            r = step.summary["rates"]
+            r = step.summary.rates
             boards[0].add_trial(
-                {"name": f"step {i + 1}/{n}", "rate_rps": rate, "verdict": step.summary["verdict"],
-                 "throughput_rps": r["throughput_rps"], "goodput_rps": r["goodput_rps"]}
+                {"name": f"step {i + 1}/{n}", "rate_rps": rate, "verdict": step.summary.verdict,
+                 "throughput_rps": r.throughput_rps, "goodput_rps": r.goodput_rps}
             )  # fmt: skip
         if step is not None and not quiet:
-            r = step.summary["rates"]
-            what = f"{rate:g} users" if step.summary["mode"] == "closed" else f"{rate:g}/s"
+            r = step.summary.rates
+            what = f"{rate:g} users" if step.summary.closed else f"{rate:g}/s"
             click.echo(
-                f"[{i + 1}/{n}] {what}  throughput {r['throughput_rps']:.1f}/s  "
-                f"goodput {r['goodput_rps']:.1f}/s  {step.summary['verdict']}",
+                f"[{i + 1}/{n}] {what}  throughput {r.throughput_rps:.1f}/s  "
+                f"goodput {r.goodput_rps:.1f}/s  {step.summary.verdict}",
                 err=True,
             )
 

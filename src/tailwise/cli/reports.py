@@ -35,7 +35,7 @@ SUMMARY_MAX_BYTES = 16 * 1024 * 1024
 def report(directory: Path, quiet: bool) -> None:
     """Re-render a run, sweep or knee directory: terminal summary, PNG charts, report.html."""
     from tailwise.report.render import kind_of, render_directory
-    from tailwise.report.text import print_summary, print_sweep
+    from tailwise.report.text import print_saved_summary, print_sweep
 
     kind = kind_of(directory)
     if kind == "run":
@@ -51,7 +51,7 @@ def report(directory: Path, quiet: bool) -> None:
 
             print_knee(doc, str(directory), stderr=False)
         else:
-            print_summary(doc, str(directory))
+            print_saved_summary(doc, str(directory))
         for path in written:
             click.echo(f"wrote     {path}")
 

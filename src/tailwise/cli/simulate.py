@@ -139,10 +139,10 @@ def simulate(
     # How the run was made, for its report (as tailwise run writes it)
     atomic_write_text(directory / "meta.json", json.dumps(collect(invoked_argv()), indent=2) + "\n")
     if as_json:
-        click.echo(json.dumps(result.summary, indent=2))
+        click.echo(json.dumps(result.summary.to_json(), indent=2))
     if not quiet:
         print_summary(result.summary, str(directory), stderr=as_json)
-        sim = result.summary["sim"]
+        sim = result.summary.section("sim")
         line = f"simulated {sim['requests']} requests in {sim['wall_s']:.2f}s ({sim['engine']})"
         click.echo(line, err=as_json)
         if "kv_allocation" in sim:

@@ -29,16 +29,22 @@ from tailwise.metrics.client import CLIENT_FILE, ClientLag, client_doc
 from tailwise.metrics.error_samples import ErrorSamples
 from tailwise.metrics.histogram import interval_histograms, write_hlog
 from tailwise.metrics.steady import auto_start_ns
-from tailwise.metrics.summary import RunInfo, summarize
+from tailwise.metrics.summary import RunInfo, Summary, summarize
 from tailwise.metrics.verdict import exit_code
 from tailwise.records import ABSENT, Records, write_jsonl
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
-    summary: dict[str, Any]
+    """A finished run: its summary (final), records and directory, and beside the summary
+    what later stages need of the run that is no part of summary.json: the wall-clock
+    instant of its time zero and its window in integer ns."""
+
+    summary: Summary
     records: Records
     directory: Path
+    t0_unix_s: float = 0.0
+    window_ns: tuple[int, int] = (0, 0)
 
     @property
     def exit_code(self) -> int:
@@ -93,12 +99,11 @@ def conclude(p: Prepared, executed: Executed, directory: Path) -> RunResult:
     if writer["state"] != "ok":
         info.extra["records_writer"] = writer
     client_info(info, [client_part(out)])
+    info.template_overhead = template_overhead(p, records, info.extra.get("tokens_counted_by", ""))
     summary = summarize(records, info)
-    overhead = template_overhead(p, records, info.extra.get("tokens_counted_by", ""))
-    if overhead is not None and isinstance(summary.get("tokens"), dict):
-        summary["tokens"]["template_overhead"] = overhead
-    write_outputs(directory, records, summary, out.t0_unix_s, (start_ns, end_ns), info)
-    return RunResult(summary, records, directory)
+    window = (start_ns, end_ns)
+    summary = write_outputs(directory, records, summary, out.t0_unix_s, window, info)
+    return RunResult(summary, records, directory, out.t0_unix_s, window)
 
 
 def auto_warmup(
@@ -305,31 +310,37 @@ def token_source(out: Outcome) -> dict[str, Any]:
 def write_outputs(
     directory: Path,
     records: Records,
-    summary: dict[str, Any],
+    summary: Summary,
     t0_unix_s: float,
     window: tuple[int, int],
     info: RunInfo,
-) -> None:
-    """summary.json, the client file and latency.hlog, each written whole or not at all.
+) -> Summary:
+    """summary.json, the client file and latency.hlog, each written whole or not at all;
+    the summary as written (with ``outputs_missing`` when a file could not be).
 
     When ``directory`` cannot take them (disk full, made read-only mid-run), what was
     measured is not lost: the summary and every record still in memory go to a rescue
     directory under the system's temporary directory, and the one-line error names it.
     """
     try:
-        _write_outputs(directory, records, summary, t0_unix_s, window, info)
+        return _write_outputs(directory, records, summary, t0_unix_s, window, info)
     except OutputError as exc:
         raise OutputError(exc.path, exc.os_error, rescue(records, summary)) from None
 
 
-def rescue(records: Records, summary: dict[str, Any] | None) -> str:
+def write_summary(directory: Path, summary: Summary) -> None:
+    """``summary.json``: the summary's JSON form, written whole or not at all."""
+    atomic_write_text(directory / "summary.json", json.dumps(summary.to_json(), indent=2) + "\n")
+
+
+def rescue(records: Records, summary: Summary | None) -> str:
     """Save the records (and the summary, if given) where they can go, under the system's
     temporary directory; say where (or that nothing could)."""
     try:
         where = Path(tempfile.mkdtemp(prefix="tailwise-rescue-"))
         write_jsonl(where / "records.jsonl", records)
         if summary is not None:
-            atomic_write_text(where / "summary.json", json.dumps(summary, indent=2) + "\n")
+            write_summary(where, summary)
     except (OSError, OutputError) as exc:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
         return f"no rescue copy could be written either ({reason})"
@@ -340,11 +351,11 @@ def rescue(records: Records, summary: dict[str, Any] | None) -> str:
 def _write_outputs(
     directory: Path,
     records: Records,
-    summary: dict[str, Any],
+    summary: Summary,
     t0_unix_s: float,
     window: tuple[int, int],
     info: RunInfo,
-) -> None:
+) -> Summary:
     # The summary goes last: it names any file beside it that could not be written (a
     # full disk), so a summary.json on disk says which of them are there, whole.
     doc = client_doc(info.client_lag, info.client_load, info.connect_failures)
@@ -370,5 +381,6 @@ def _write_outputs(
     except OutputError as exc:
         missing["latency.hlog"] = exc.reason
     if missing:
-        summary["outputs_missing"] = missing
-    atomic_write_text(directory / "summary.json", json.dumps(summary, indent=2) + "\n")
+        summary = summary.with_sections(outputs_missing=missing)
+    write_summary(directory, summary)
+    return summary

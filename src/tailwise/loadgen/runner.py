@@ -18,13 +18,12 @@ with header values left out), even when interrupted.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput
-from tailwise.files import atomic_write_text
-from tailwise.loadgen.conclude import RunResult, conclude
+from tailwise.loadgen.conclude import RunResult, conclude, write_summary
 from tailwise.loadgen.execute import execute_local, no_interrupts
 from tailwise.loadgen.gpu_metrics import GpuSampler
 from tailwise.loadgen.prepare import Prepared, RunOptions, prepare, run_directory
@@ -52,12 +51,10 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
             sampler.start()
         if p.scaled_out:
             result = execute_scaled(p, directory)
-            t0_unix_s = float(result.summary.get("workers", {}).get("start_unix_s", 0.0))
         else:
             executed = execute_local(p, directory, transport)
             with no_interrupts():  # Ctrl-C while outputs are written must not leave half a run
                 result = conclude(p, executed, directory)
-            t0_unix_s = executed.outcome.t0_unix_s
     finally:
         if scraper is not None:
             scraper.stop()
@@ -65,41 +62,31 @@ def execute(p: Prepared, directory: Path, transport: Transport | None = None) ->
             sampler.stop()
     if scraper is not None or info is not None or sampler is not None:
         with no_interrupts():
+            sections: dict[str, Any] = {}
             if info is not None:
-                result.summary["server_info"] = info
+                sections["server_info"] = info
             if scraper is not None:
-                _attach_server_metrics(p, result, scraper, scraping, t0_unix_s)
+                sections["server_metrics"] = _server_metrics(p, result, scraper, scraping)
             if sampler is not None:
-                window = _window_ns(result)
-                confidence = float(result.summary.get("confidence", p.confidence))
-                result.summary["gpu"] = sampler.finish(
-                    t0_unix_s, window, result.records, p.slos, p.streaming, confidence
+                confidence = result.summary.confidence
+                sections["gpu"] = sampler.finish(
+                    result.t0_unix_s,
+                    result.window_ns,
+                    result.records,
+                    p.slos,
+                    p.streaming,
+                    float(p.confidence if confidence is None else confidence),
                 )
-            _rewrite_summary(result)
+            result = dataclasses.replace(result, summary=result.summary.with_sections(**sections))
+            write_summary(result.directory, result.summary)
     return result
 
 
-def _window_ns(result: RunResult) -> tuple[int, int]:
-    window = result.summary.get("window", {})
-    return round(window.get("start_s", 0) * 1e9), round(window.get("end_s", 0) * 1e9)
-
-
-def _rewrite_summary(result: RunResult) -> None:
-    atomic_write_text(
-        result.directory / "summary.json", json.dumps(result.summary, indent=2) + "\n"
-    )
-
-
-def _attach_server_metrics(
-    p: Prepared, result: RunResult, scraper: Scraper, scraping: bool, t0_unix_s: float
-) -> None:
+def _server_metrics(p: Prepared, result: RunResult, scraper: Scraper, scraping: bool) -> Any:
     """The server's side of the run in ``summary.json`` (rewritten), beside the client's."""
-    window_ns = _window_ns(result)
     if scraping:
-        doc = scraper.finish(t0_unix_s, window_ns, result.records, p.streaming)
-    else:
-        doc = {"url": scraper.plan.url, "note": scraper.note}
-    result.summary["server_metrics"] = doc
+        return scraper.finish(result.t0_unix_s, result.window_ns, result.records, p.streaming)
+    return {"url": scraper.plan.url, "note": scraper.note}
 
 
 def run(url: str | list[str], **options: Any) -> RunResult:

@@ -38,7 +38,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -302,12 +302,11 @@ class Driver:
             info.extra.update(next((w.final["tokens"] for w in self.states if w.final), {}))
         client_info(info, [w.final.get("client") if w.final else None for w in self.states])
         summary = summarize(records, info)
-        write_outputs(
-            self.directory, records, summary, self.t0_unix_ns / 1e9, (start_ns, end_ns), info
-        )
+        t0_unix_s, window = self.t0_unix_ns / 1e9, (start_ns, end_ns)
+        summary = write_outputs(self.directory, records, summary, t0_unix_s, window, info)
         self.write_run_json(section)
         shutil.rmtree(self.directory / "workers", ignore_errors=True)
-        return RunResult(summary, records, self.directory)
+        return RunResult(summary, records, self.directory, t0_unix_s, window)
 
     def merged_records(self) -> Records:
         p = self.p
@@ -452,9 +451,9 @@ def execute_scaled(p: Prepared, directory: Path) -> RunResult:
         return driver.conclude()
 
 
-def workers_line(summary: dict[str, Any]) -> str:
-    """One line for the terminal: how many workers ran where, and any that were lost."""
-    w = summary.get("workers")
+def workers_line(w: Mapping[str, Any]) -> str:
+    """One line for the terminal (a summary's ``workers``): how many workers ran where,
+    and any that were lost."""
     if not w:
         return ""
     what = "Ray actors" if w["mode"] == "ray" else "processes"

@@ -21,6 +21,7 @@ per-request values go to ``server.jsonl`` in the run directory.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -155,8 +156,8 @@ def write_notes(directory: Path, notes: Notes) -> None:
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
-def server_lines(s: dict[str, Any]) -> list[str]:
-    """Terminal lines for the sections above (printed under the summary; none if absent)."""
+def server_lines(s: Mapping[str, Any]) -> list[str]:
+    """Terminal lines for the sections above (a summary's sections; none if absent)."""
     lines = []
     if s.get("reconnects"):
         lines.append(

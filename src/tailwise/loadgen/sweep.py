@@ -35,6 +35,7 @@ from tailwise.knee import (
 from tailwise.limits import MAX_CONCURRENCY, within
 from tailwise.loadgen.runner import RunOptions, execute, prepare, run_directory
 from tailwise.metrics.catalog import CATALOG
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.metrics.verdict import point_passed, settled
 from tailwise.units import parse_rate_rps
@@ -72,7 +73,7 @@ def parse_rates(text: str) -> list[float] | None:
 class Step:
     rate_rps: float
     directory: Path
-    summary: dict[str, Any]
+    summary: Summary
 
     @property
     def passed(self) -> bool:
@@ -83,30 +84,32 @@ class Step:
 def step_row(step: Step) -> dict[str, Any]:
     """One line of sweep.json: what a table or a plot of the sweep needs."""
     s = step.summary
-    closed = s.get("mode") == "closed"
+    closed = s.closed
+    rates = s.rates
     row: dict[str, Any] = {
         # Closed loop offers no rate: its step is a number of users.
         "offered_rps": None if closed else step.rate_rps,
-        **({"concurrency": s.get("concurrency")} if closed else {}),
+        **({"concurrency": s.concurrency} if closed else {}),
         "directory": str(step.directory),
-        **{k: s["rates"][k] for k in ("throughput_rps", "goodput_rps", "attainment", "error_rate")},
-        "measured_offered_rps": s["rates"]["offered_rps"],
-        "verdict": s["verdict"],
+        **{k: rates.get(k) for k in ("throughput_rps", "goodput_rps", "attainment", "error_rate")},
+        "measured_offered_rps": rates.offered_rps,
+        "verdict": s.verdict,
         "decided": settled(s),
-        "verdict_reason": s["verdict_reason"],
+        "verdict_reason": s.verdict_reason,
     }
-    for dist in (m.summary_key for m in CATALOG if m.sweep_step):
-        if s.get(dist):
-            row[dist] = {q: s[dist][q] for q in ("p50", "p90", "p99")}
-    if s.get("tokens"):
-        row["output_tps"] = s["tokens"].get("output_tps")
+    for key in (m.summary_key for m in CATALOG if m.sweep_step):
+        dist = s.distribution(key)
+        if dist is not None:
+            row[key] = {q: dist.get(q) for q in ("p50", "p90", "p99")}
+    if s.tokens:
+        row["output_tps"] = s.tokens.get("output_tps")
     return row
 
 
 def sweep_json(
     steps: list[Step], target: Any, slos: list[str], note: str, confidence: float = CONFIDENCE
 ) -> dict[str, Any]:
-    closed = any(s.summary.get("mode") == "closed" for s in steps)
+    closed = any(s.summary.closed for s in steps)
     return {
         "schema": SCHEMA,
         "tool_version": __version__,
@@ -158,10 +161,10 @@ class Sweep:
 
     def stop_reason(self, step: Step) -> str:
         s = step.summary
-        if s.get("interrupted"):
+        if s.interrupted:
             return f"interrupted at {step.rate_rps:g}/s"
-        if s["verdict"] == "invalid" and s.get("verdict_cause") not in GO_ON_CAUSES:
-            return f"stopped at {step.rate_rps:g}/s: {s['verdict_reason']}"
+        if s.verdict == "invalid" and s.verdict_cause not in GO_ON_CAUSES:
+            return f"stopped at {step.rate_rps:g}/s: {s.verdict_reason}"
         return ""
 
     def run_rates(self, rates: list[float]) -> None:
@@ -206,9 +209,9 @@ class Sweep:
         self.steps.sort(key=lambda s: s.rate_rps)
 
     def write(self) -> dict[str, Any]:
-        first = self.steps[0].summary if self.steps else {}
+        target = self.steps[0].summary.to_json()["target"] if self.steps else None
         doc = sweep_json(
-            self.steps, first.get("target"), list(self.base.slo), self.note,
+            self.steps, target, list(self.base.slo), self.note,
             float(self.base.confidence),
         )  # fmt: skip
         doc.update(self.extra)

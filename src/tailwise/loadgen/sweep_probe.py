@@ -66,9 +66,9 @@ def probe(sweep: Sweep, users: int = PROBE_USERS) -> dict[str, Any]:
     s = result.summary
     return {
         "users": users,
-        "duration_s": s["window"]["duration_s"],
-        "throughput_rps": s["rates"]["throughput_rps"],
-        "error_rate": s["rates"]["error_rate"],
+        "duration_s": s.window.duration_s,
+        "throughput_rps": s.rates.throughput_rps,
+        "error_rate": s.rates.error_rate,
         "directory": str(result.directory),
     }
 

@@ -23,6 +23,7 @@ Absent (None) when no request in the window streamed reasoning.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -54,11 +55,11 @@ def reasoning_section(r: Records, window_ok: np.ndarray) -> dict[str, Any] | Non
     }
 
 
-def text_lines(summary: dict[str, Any]) -> list[str]:
-    """The terminal's lines for the token rates and, when present, the reasoning section."""
+def text_lines(tokens: Mapping[str, Any] | None, sec: Mapping[str, Any] | None) -> list[str]:
+    """The terminal's lines for the token rates (a summary's ``tokens``) and, when
+    present, its ``reasoning`` section."""
     lines = []
-    tokens = summary.get("tokens")
-    if isinstance(tokens, dict) and "input_tps" in tokens:
+    if tokens is not None and "input_tps" in tokens:
         per_user = tokens.get("output_tps_per_user")
         user = f", output per user {per_user:.1f} tok/s" if per_user else ""
         lines.append(
@@ -71,7 +72,6 @@ def text_lines(summary: dict[str, Any]) -> list[str]:
                 f"          prompts {over['prompt_tokens_mean']:.0f} tokens (tokenizer) + "
                 f"{over['p50']:g} the server added (chat template, p50)"
             )
-    sec = summary.get("reasoning")
     if sec:
         first, answer = sec["ttft_reasoning_ms"], sec["ttft_answer_ms"]
         lines.append(

@@ -15,11 +15,11 @@ from typing import Any
 
 from tailwise.errors import BadInput
 from tailwise.metrics.catalog import CATALOG
+from tailwise.metrics.schema import SCHEMA
 
 COUNTS = ("scheduled", "sent", "ok", "failed", "timed_out", "cancelled", "not_sent")
 DISTRIBUTIONS = tuple(m.summary_key for m in CATALOG)
 NUMBER_SECTIONS = ("window", "rates", "littles_law", "tokens")
-SCHEMA = "tailwise.summary/1"
 VERDICTS = frozenset({"pass", "fail", "inconclusive", "invalid"})
 
 

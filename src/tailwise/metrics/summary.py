@@ -32,15 +32,15 @@ from tailwise.metrics.intervals import annotate, honour_looks
 from tailwise.metrics.littles import littles_law
 from tailwise.metrics.percentiles import distribution_ms, nearest_rank
 from tailwise.metrics.reasoning import reasoning_section
+from tailwise.metrics.schema import SCHEMA, Summary
 from tailwise.metrics.slo import SLO, evaluate, good_mask
 from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.metrics.verdict import EXIT_CODES, Judged, Verdict, decide
 from tailwise.records import ERROR_KINDS, Records, category_of
 from tailwise.version import __version__
 
-SCHEMA = "tailwise.summary/1"
 CLIENT_CAUSES = frozenset({"client", "client_fds", "load_short"})
-__all__ = ["EXIT_CODES", "SCHEMA", "RunInfo", "summarize"]
+__all__ = ["EXIT_CODES", "SCHEMA", "RunInfo", "Summary", "summarize"]
 CATEGORIES = ("ok", "failed", "timed_out", "cancelled", "not_sent")
 
 
@@ -66,7 +66,10 @@ class RunInfo:
     # (see tailwise.loadgen.watch.Sequential) and says so in ``sequential``.
     confidence: float = CONFIDENCE
     sequential: dict[str, Any] | None = None
+    # Sections added by name after the typed ones, in this order (warmup, workers, sim...).
     extra: dict[str, Any] = field(default_factory=dict)
+    # Prompt tokens the server counted beyond the prompt's own: ``tokens.template_overhead``.
+    template_overhead: dict[str, Any] | None = None
     client_lag: ClientLag | None = None  # the load generator's receive-lag probe
     client_load: dict[str, Any] | None = None  # cpu_s, cpu_share, load_avg_1m, cores
     connect_failures: dict[str, int] = field(default_factory=dict)  # why connects failed
@@ -295,7 +298,9 @@ def _window_shorter_than_a_request(
     )
 
 
-def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
+def summarize(r: Records, info: RunInfo) -> Summary:
+    """The run's summary, final: nothing changes it afterwards (see
+    :mod:`tailwise.metrics.schema`; a later section makes a new one)."""
     start, end = info.window_ns
     t_s = (end - start) / 1e9
     window = r.in_window
@@ -308,7 +313,7 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
     client = _client(r, info)
     slos = evaluate(r, info.slos, rates, window)
     judged = _judge_bounds(r, info, slos, window)
-    summary: dict[str, Any] = {
+    doc: dict[str, Any] = {  # the JSON form, typed once complete
         "schema": SCHEMA,
         "tool_version": __version__,
         "source": info.source,
@@ -337,20 +342,20 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
     if info.llm:
         start, end = info.window_ns
         done_in = ok & (r.done_ns >= start) & (r.done_ns < end)
-        summary.update(_llm_sections(r, window & ok, done_in, t_s, info.percentiles))
-        summary["reasoning"] = reasoning_section(r, window & ok)
+        doc.update(_llm_sections(r, window & ok, done_in, t_s, info.percentiles))
+        doc["reasoning"] = reasoning_section(r, window & ok)
     if info.percentiles:
-        summary["percentiles"] = list(info.percentiles)
+        doc["percentiles"] = list(info.percentiles)
     if info.mode == "closed":
-        summary["concurrency"] = info.concurrency
-        summary["note"] = (
+        doc["concurrency"] = info.concurrency
+        doc["note"] = (
             "closed-loop: each user waits for its response before sending again, so a slow "
             "server slows the load; latencies hide coordinated omission. Compare, don't certify."
         )
     if info.intervals:
-        annotate(summary, r, info.window_ns, info.slos, good, info.confidence)
+        annotate(doc, r, info.window_ns, info.slos, good, info.confidence)
     if info.sequential is not None:
-        summary["sequential"] = info.sequential
+        doc["sequential"] = info.sequential
         honour_looks(slos, info.sequential)
     v = decide(
         preliminary=_preliminary(r, info, requests),
@@ -374,15 +379,16 @@ def summarize(r: Records, info: RunInfo) -> dict[str, Any]:
             "--duration auto reached its cap (--max-duration) undecided: the SLO sits near its "
             "threshold; a longer cap narrows the interval, or accept it"
         )
-    summary.update(
+    doc.update(
         verdict=v.verdict,
         verdict_reason=v.reason,
         verdict_cause=v.cause or None,
         verdict_hint=hint or None,
     )
-    summary.update(info.extra)
-    clean: dict[str, Any] = _finite(summary)
-    return clean
+    doc.update(info.extra)
+    if info.template_overhead is not None and isinstance(doc.get("tokens"), dict):
+        doc["tokens"]["template_overhead"] = info.template_overhead
+    return Summary.from_json(_finite(doc), strict=True)
 
 
 def _finite(obj: Any) -> Any:

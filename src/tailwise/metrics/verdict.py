@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailwise.errors import ExitCode
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.uncertainty import CONFIDENCE
 
 UNREACHABLE_KINDS = frozenset({"connect", "tls"})
@@ -79,34 +80,32 @@ class Verdict:
     hint: str = ""
 
 
-def point_passed(summary: dict[str, Any]) -> bool:
+def point_passed(summary: Summary) -> bool:
     """Whether the run passed on its point estimates: a pass, or an inconclusive run
     whose every SLO passed as measured. Steers a knee search or names a sweep's knee."""
-    verdict = summary["verdict"]
-    return bool(
-        verdict == "pass"
-        or (verdict == "inconclusive" and all(e["passed"] for e in summary.get("slos", [])))
-    )
+    verdict = summary.verdict
+    return verdict == "pass" or (verdict == "inconclusive" and all(e.passed for e in summary.slos))
 
 
-def settled(summary: dict[str, Any]) -> str:
+def settled(summary: Summary) -> str:
     """What the sample decides about the whole run: pass, fail or inconclusive.
 
     A fail needs the intervals' decision too: a run stopped early on a loss that its
     planned sample could not recover fails, but is *shown* to fail only when its
     intervals say so."""
-    verdict = summary["verdict"]
+    verdict = summary.verdict
     if verdict == "pass":
         return "pass"
-    if verdict == "fail" and summary.get("decided", "fail") == "fail":
+    if verdict == "fail" and (summary.decided or "fail") == "fail":
         return "fail"
     return "inconclusive"
 
 
-def exit_code(summary: dict[str, Any]) -> int:
+def exit_code(summary: Summary) -> int:
     """The CLI's exit code for a summary: by verdict, or by cause where one has its own."""
-    cause = summary.get("verdict_cause") or ""
-    return CAUSE_EXIT_CODES.get(cause, EXIT_CODES.get(summary["verdict"], ExitCode.INVALID))
+    cause = summary.verdict_cause or ""
+    verdict = summary.verdict or ""
+    return CAUSE_EXIT_CODES.get(cause, EXIT_CODES.get(verdict, ExitCode.INVALID))
 
 
 def _value_text(entry: dict[str, Any]) -> str:

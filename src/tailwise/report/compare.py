@@ -29,10 +29,10 @@ from rich.text import Text
 
 from tailwise.errors import BadInput, ExitCode
 from tailwise.metrics.catalog import CATALOG
+from tailwise.metrics.schema import SCHEMA as SUMMARY_SCHEMA
 from tailwise.report.workload import differences, run_workload, sweep_workload
 from tailwise.units import parse_fraction
 
-SUMMARY_SCHEMA = "tailwise.summary/1"
 SWEEP_SCHEMA = "tailwise.sweep/1"
 _FILES = {"sweep": ("sweep.json", SWEEP_SCHEMA), "run": ("summary.json", SUMMARY_SCHEMA)}
 _DIR_FORM = "a run directory (with summary.json) or a sweep directory (with sweep.json)"

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from tailwise.metrics.catalog import CATALOG
 from tailwise.metrics.percentiles import percentile_key
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.uncertainty import CONFIDENCE
 
 DIST_ROWS = tuple((m.label, m.summary_key) for m in CATALOG if m.report_row)
@@ -381,8 +382,16 @@ def _level_text(level: float) -> str:
     return f"{100 * level:.4g}%"
 
 
-def print_summary(s: dict[str, Any], directory: str | None = None, *, stderr: bool = False) -> None:
-    shown = render(s, directory)
+def print_summary(s: Summary, directory: str | None = None, *, stderr: bool = False) -> None:
+    """A fresh run's summary in the terminal."""
+    print_saved_summary(s.to_json(), directory, stderr=stderr)
+
+
+def print_saved_summary(
+    doc: dict[str, Any], directory: str | None = None, *, stderr: bool = False
+) -> None:
+    """A summary.json read back from disk (checked by :mod:`tailwise.metrics.shape`)."""
+    shown = render(doc, directory)
     console(stderr=stderr, fit=shown).print(shown)
 
 

@@ -28,7 +28,7 @@ from tailwise.knee import Outcome, TrialRun, make_trial, trial_window_s
 from tailwise.metrics import derive
 from tailwise.metrics.slo import SLO, or_default, parse_slo
 from tailwise.metrics.steady import auto_start_ns
-from tailwise.metrics.summary import RunInfo, summarize
+from tailwise.metrics.summary import RunInfo, Summary, summarize
 from tailwise.records import INT_COLUMNS, Records, error_code, format_rows
 from tailwise.sim.fast import (
     fcfs_servers,
@@ -56,9 +56,9 @@ SERVICE_SEED_OFFSET = 0x5EED  # service draws: their own stream, derived from th
 DELAY_SEED_OFFSET = 0xDE1A  # delays outside the servers: another stream
 
 
-@dataclass
+@dataclass(frozen=True)
 class SimRun:
-    summary: dict[str, Any]
+    summary: Summary
     records: Records
     result: SimResult | None
 
@@ -253,8 +253,8 @@ def simulate(sc: Scenario, *, intervals: bool = True) -> SimRun:
     records = to_records(arrivals, outcome, window, window[1])
     window = _auto_warmup(sc, records, window)
     summary = summarize(records, _run_info(sc, window, slos, llm=False, intervals=intervals))
-    summary["sim"] = _sim_section(result, len(arrivals), wall_s, spec)
-    return SimRun(summary, records, result)
+    sim = _sim_section(result, len(arrivals), wall_s, spec)
+    return SimRun(summary.with_sections(sim=sim), records, result)
 
 
 def _auto_warmup(sc: Scenario, records: Records, window: tuple[int, int]) -> tuple[int, int]:
@@ -333,7 +333,7 @@ def _simulate_llm(sc: Scenario, intervals: bool = True) -> SimRun:
     summary = summarize(records, _run_info(sc, window, slos, llm=True, intervals=intervals))
     n = len(arrivals)
     preempted = res.preempted if res.preempted is not None else np.zeros(0, np.int64)
-    summary["sim"] = {
+    sim = {
         "engine": "llm steps",
         "requests": n,
         "steps": res.steps,
@@ -345,7 +345,7 @@ def _simulate_llm(sc: Scenario, intervals: bool = True) -> SimRun:
         "wall_s": round(wall_s, 4),
         "requests_per_s": round(n / wall_s) if wall_s > 0 else None,
     }
-    return SimRun(summary, records, None)
+    return SimRun(summary.with_sections(sim=sim), records, None)
 
 
 @dataclass(frozen=True)
@@ -443,7 +443,9 @@ def write_run(directory: Path, run: SimRun, sc: Scenario) -> None:
                 )
             )
     atomic_write_text(directory / "scenario.json", json.dumps(sc.model_dump(), indent=2) + "\n")
-    atomic_write_text(directory / "summary.json", json.dumps(run.summary, indent=2) + "\n")
+    atomic_write_text(
+        directory / "summary.json", json.dumps(run.summary.to_json(), indent=2) + "\n"
+    )
 
 
 def sim_trial(

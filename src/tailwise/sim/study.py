@@ -37,6 +37,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from tailwise.errors import BadInput
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.metrics.verdict import EXIT_CODES, point_passed
 from tailwise.sim.run import simulate
@@ -103,22 +104,23 @@ _DISTS = (
 )
 
 
-def metrics_of(summary: dict[str, Any]) -> dict[str, float | None]:
-    """The numbers a study follows, from one summary.json; None where a run has none.
+def metrics_of(summary: Summary) -> dict[str, float | None]:
+    """The numbers a study follows, from one summary; None where a run has none.
 
     TTFT/TPOT and the redundancy's extra load appear only when the summary has them.
     """
-    rates = summary["rates"]
+    rates = summary.rates
     out: dict[str, float | None] = {
         k: rates.get(k)
         for k in ("offered_rps", "throughput_rps", "goodput_rps", "attainment", "error_rate")
     }
     for prefix, key, stats in _DISTS:
-        dist = summary.get(key)
-        if dist or prefix == "latency":  # latency always: None when nothing completed
-            out.update({f"{prefix}_{q}_ms": (dist or {}).get(q) for q in stats})
-    out["littles_gap"] = (summary.get("littles_law") or {}).get("rel_gap")
-    legs = (summary.get("sim") or {}).get("legs")
+        dist = summary.distribution(key)
+        if dist is not None or prefix == "latency":  # latency always: None when none completed
+            out.update({f"{prefix}_{q}_ms": dist.get(q) if dist else None for q in stats})
+    little = summary.littles_law
+    out["littles_gap"] = little.rel_gap if little is not None else None
+    legs = summary.section("sim").get("legs")
     if legs is not None:
         out["extra_load"] = legs.get("extra_load")
     return out
@@ -140,10 +142,10 @@ def _stat(values: list[float | None]) -> dict[str, Any]:
 _WORST = ("invalid", "fail", "inconclusive", "pass")
 
 
-def _aggregate(seeds: list[int], summaries: list[dict[str, Any]]) -> dict[str, Any]:
+def _aggregate(seeds: list[int], summaries: list[Summary]) -> dict[str, Any]:
     rows = [metrics_of(s) for s in summaries]
     names = list(dict.fromkeys(k for row in rows for k in row))
-    verdicts = [s["verdict"] for s in summaries]
+    verdicts = [s.verdict for s in summaries]
     return {
         "verdict": next((v for v in _WORST if v in verdicts), "pass"),
         "verdicts": {v: verdicts.count(v) for v in reversed(_WORST) if v in verdicts},
@@ -151,9 +153,9 @@ def _aggregate(seeds: list[int], summaries: list[dict[str, Any]]) -> dict[str, A
         "runs": [
             {
                 "seed": seed,
-                "verdict": s["verdict"],
+                "verdict": s.verdict,
                 "passed_as_measured": point_passed(s),
-                "verdict_reason": s["verdict_reason"],
+                "verdict_reason": s.verdict_reason,
             }
             for seed, s in zip(seeds, summaries, strict=True)
         ],
@@ -172,7 +174,7 @@ class _Ticker:
             self.progress(self.done, self.total)
 
 
-def _run_seeds(sc: Scenario, seeds: list[int], tick: _Ticker) -> list[dict[str, Any]]:
+def _run_seeds(sc: Scenario, seeds: list[int], tick: _Ticker) -> list[Summary]:
     summaries = []
     for seed in seeds:
         arrival = sc.arrival.model_copy(update={"seed": seed})
