@@ -339,12 +339,23 @@ class Scraper:
             "url": credentials.masked_url(self.plan.url),
             "interval_s": self.plan.interval_ns / 1e9,
         }
-        doc.update(summarize_server(rows, window_ns, client))
+        doc.update(summarize_server(rows, window_ns, client, _answered_ns(records, window_ns)))
         doc["timeline"] = timeline(rows, records, llm)
         return doc
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
         rewrite_samples(self.path, rows, ("t_ns", "t_end_ns"))
+
+
+def _answered_ns(records: Records, window_ns: tuple[int, int]) -> int:
+    """When the window's last answered request ended (run-relative), at least its end: a
+    scrape begun earlier misses the tokens of the requests still draining (on a busy
+    machine the first scrape past the window's end came mid-drain, and a trace replay's
+    server-side prompt tokens read 4,736 of 7,548)."""
+    if not len(records):
+        return window_ns[1]
+    done = records.done_ns[records.in_window & (records.done_ns >= 0)]
+    return max(window_ns[1], int(done.max())) if len(done) else window_ns[1]
 
 
 def client_ttft_ms(records: Records, window_ns: tuple[int, int]) -> dict[str, Any] | None:

@@ -10,7 +10,8 @@ into the ``server_metrics`` section of ``summary.json``:
   the scrapes inside the measurement window;
 * counters (preemptions, prefix-cache hits and queries, tokens) as the
   increase from the last scrape at or before the window's start to the first
-  at or after its end (a counter that went down was reset: no value);
+  that began once the window had ended and its requests were answered (a
+  counter that went down was reset: no value);
 * histograms (the server's TTFT, queue and prefill time) as the same
   increase, with the mean exact (sum / count) and percentiles interpolated
   inside buckets, as Prometheus' ``histogram_quantile`` does (so a percentile
@@ -192,9 +193,12 @@ def summarize_server(
     rows: list[dict[str, Any]],
     window_ns: tuple[int, int],
     client_ttft_ms: dict[str, Any] | None = None,
+    answered_ns: int | None = None,
 ) -> dict[str, Any]:
     """The ``server_metrics`` section from scrape rows: ``t_ns`` (run-relative start of the
-    scrape), ``t_end_ns`` (its answer, optional) and ``reading`` (absent: it failed)."""
+    scrape), ``t_end_ns`` (its answer, optional) and ``reading`` (absent: it failed).
+    ``answered_ns``: when the window's last request was answered (run-relative); the
+    counters end at the first scrape begun after both it and the window's end."""
     ok = [r for r in rows if r.get("reading")]
     start, end = window_ns
     inside = [r for r in ok if start <= r["t_ns"] <= end]
@@ -208,7 +212,8 @@ def summarize_server(
         vals = [r["reading"]["values"][name] for r in inside if name in r["reading"]["values"]]
         if vals:
             doc[name] = {"mean": round(sum(vals) / len(vals), 4), "max": round(max(vals), 4)}
-    first, last = _bracket(ok, window_ns)
+    counted = (start, max(end, answered_ns)) if answered_ns is not None else window_ns
+    first, last = _bracket(ok, counted)
     if first is not None and last is not None and first is not last:
         _counters(doc, first["reading"], last["reading"])
         for name in HIST_NAMES:
