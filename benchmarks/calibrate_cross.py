@@ -340,7 +340,7 @@ def _history(text: str, begin: str, end: str) -> str:
     when = re.search(r"\((\d{4}-\d\d-\d\d \d\d:\d\d UTC)\)", old)
     fit = re.search(r"fit error (\d+\.\d+)( \(POOR\))?", old)
     ratios = re.findall(
-        r"^\| ([a-z]+(?: x4)?): .*\| ([\d.]+|-)(?: \((?:NOT )?within\))? \|$", old, re.M
+        r"^\| ([a-z]+(?: x4| /4)?): .*\| ([\d.]+|-)(?: \((?:NOT )?within\))? \|$", old, re.M
     )
     plan = re.search(r"knee per replica ([\d.]+)/s", old)
     entry = f"{when.group(1) if when else 'earlier'}: fit {fit.group(1) if fit else '?'}"
