@@ -167,7 +167,8 @@ def predicted_ttft(
         values = []
         for seed in range(1, replications_for(step, requests) + 1):
             summary = simulate(parse_scenario(step_model(doc, step, seed))).summary
-            v = (summary.get("ttft_ms") or {}).get(q)
+            dist = summary.distribution("ttft_ms")
+            v = dist.get(q) if dist is not None else None
             values.append(float(v) if v is not None else math.inf)
         median = float(np.median(values))
         out.append(median if math.isfinite(median) else None)

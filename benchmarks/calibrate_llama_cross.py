@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from calibrate_cross import PREDICT_REQUESTS, _history, _measured, _predicted
+from calibrate_cross import PREDICT_REQUESTS, _history, _measured, _predicted, _quantile
 from calibrate_llama import CONTEXT_TOKENS, _raise_priority, crossing_rps, serving
 from docs_block import DOCS, machine_label, write_block  # benchmarks/ is on sys.path when run
 
@@ -195,7 +195,7 @@ def _sweeps(tmp: Path, quick: bool, meter: LoadMeter) -> None:
         meter.server_pid = None
 
     def under_slo(sw: Sweep) -> bool:
-        p90 = (sw.steps[-1].summary.get("ttft_ms") or {}).get("p90") if sw.steps else None
+        p90 = _quantile(sw.steps[-1].summary, "ttft_ms", "p90") if sw.steps else None
         return not sw.note and p90 is not None and p90 <= LIMIT_MS
 
     for i in range(max(len(p) for p in plans.values())):
@@ -223,8 +223,8 @@ def _sweeps(tmp: Path, quick: bool, meter: LoadMeter) -> None:
 
 def _at_rate(step: Step, rate: float) -> Step:
     """The step's experiment (window, warm-up, lengths) at another offered rate."""
-    arrival = {**step.summary["arrival"], "rate_rps": rate}
-    return dataclasses.replace(step, summary={**step.summary, "arrival": arrival})
+    arrival = {**step.summary.arrival, "rate_rps": rate}
+    return dataclasses.replace(step, summary=dataclasses.replace(step.summary, arrival=arrival))
 
 
 def _replayed(doc: dict[str, Any], step: Step) -> float | None:
@@ -236,7 +236,7 @@ def _replayed(doc: dict[str, Any], step: Step) -> float | None:
     values = []
     for seed in range(1, replications_for(step, PREDICT_REQUESTS) + 1):
         summary = replay(parse_scenario(step_model(doc, step, seed)), arrivals).summary
-        v = (summary.get("ttft_ms") or {}).get("p90")
+        v = _quantile(summary, "ttft_ms", "p90")
         values.append(float(v) if v is not None else math.inf)
         if seed == 2 and values[0] == values[1]:
             break  # the model drew nothing on these arrivals
