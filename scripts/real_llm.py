@@ -16,8 +16,10 @@ by the version, so a version bump rebuilds and an unchanged one costs nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -153,31 +155,45 @@ def wait_healthy(base_url: str, proc: subprocess.Popen[bytes], timeout_s: float 
 def start(*extra: str, log: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Start llama-server on a free loopback port; returns the process and its base URL."""
     port = free_port()
+    # Its own process group (session): stop() signals the group, so nothing it started
+    # outlives it, and a terminal's Ctrl-C reaches the caller, whose finally stops it.
     if log is None:
         proc = subprocess.Popen(
-            server_command(port, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            server_command(port, *extra),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
     else:
         with open(log, "wb") as sink:  # the child keeps its own copy of the descriptor
             cmd = server_command(port, *extra)
-            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(base, proc)
     except BaseException:
-        proc.kill()
+        _signal_group(proc, signal.SIGKILL)
         proc.wait()
         raise
     return proc, base
 
 
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """Signal the server's process group (its own, from :func:`start`)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a server :func:`start` began: SIGTERM, then SIGKILL after 20 s."""
-    proc.terminate()
+    """Stop a server :func:`start` began, with its process group: SIGTERM, then SIGKILL
+    after 20 s."""
+    _signal_group(proc, signal.SIGTERM)
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _signal_group(proc, signal.SIGKILL)
         proc.wait()
 
 

@@ -9,6 +9,7 @@ SmolLM2-135M-Instruct Q4_1 on one CPU thread (see tests/real/conftest.py).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 import tailwise
-from tests.real.conftest import SLOTS, server_metrics
+from tests.real.conftest import SLOTS, _require_built, real_llm, server_metrics
 
 pytestmark = pytest.mark.real
 
@@ -143,3 +144,18 @@ def test_calibrate_takes_the_slots_and_schedule_from_the_server(llama: str, tmp_
     # prompts the client counted.
     step = cal.steps[0]
     assert (step.prompt_tokens() < step.records.input_tokens[step.ok()]).mean() > 0.5
+
+
+def test_stop_ends_the_servers_process_group(tmp_path: Path) -> None:
+    """The server runs in its own process group (session), and stop() leaves nothing of
+    it: a benchmark's finally, or a SIGTERM to it, cannot orphan a llama-server."""
+    _require_built()
+    proc, _ = real_llm.start("-np", "1", "-c", "512", log=tmp_path / "server.log")
+    try:
+        assert os.getpgid(proc.pid) == proc.pid == os.getsid(proc.pid)
+        assert os.getsid(0) != proc.pid  # not the caller's session: a Ctrl-C reaches the caller
+    finally:
+        real_llm.stop(proc)
+    assert proc.returncode is not None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)
