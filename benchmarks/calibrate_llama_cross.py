@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from calibrate_cross import PREDICT_REQUESTS, _history, _measured, _predicted, _quantile
+from calibrate_cross import PREDICT_REQUESTS, _history, _measured, _predicted, _quantile, _ratio
 from calibrate_llama import CONTEXT_TOKENS, _raise_priority, crossing_rps, serving
 from docs_block import DOCS, machine_label, write_block  # benchmarks/ is on sys.path when run
 
@@ -346,11 +346,6 @@ def bench(tmp: Path, quick: bool) -> dict[str, Any]:
         "priority_raised": _raise_priority(os.getpid()),
     }
     return out
-
-
-def _ratio(knees: dict[str, float | None]) -> float | None:
-    m, p = knees["measured"], knees["predicted"]
-    return p / m if m and p else None
 
 
 def _rate(v: float | None) -> str:
