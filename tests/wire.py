@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 
@@ -53,3 +54,43 @@ def hand_pool(*, streaming: bool = False, timeout_ns: int = 10**10) -> tuple[Any
     pool.on_done = lambda block, j: settled.append(block.base + j)
     pool.start_waiting = lambda conn: None
     return pool, settled
+
+
+class ThreadedServer:
+    """An asyncio HTTP/1.1 server on 127.0.0.1 in a daemon thread, for a test's own wire:
+    a subclass writes :meth:`serve` (one connection; a closed peer ends it quietly).
+    ``with server as url:`` starts it and stops its loop at the end."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._main, daemon=True)
+        self.port = 0
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(asyncio.start_server(self._conn, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        self.ready.set()
+        self.loop.run_forever()
+        server.close()
+
+    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self.serve(reader, writer)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        self.ready.wait(10)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)

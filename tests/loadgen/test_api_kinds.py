@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from tailwise.loadgen import apis, llm_stream, openai
 from tailwise.loadgen.apis import Prompt, prompt_text
 from tailwise.loadgen.apis.kind import CalibrateModel
 from tests.clirun import run_cli
+from tests.wire import ThreadedServer
 
 
 class Echo:
@@ -100,45 +100,29 @@ def deltas_kind() -> Iterator[apis.ApiKind]:
         apis.unregister(kind.name)
 
 
-class EchoServer:
+class EchoServer(ThreadedServer):
     """An HTTP/1.1 keep-alive server on 127.0.0.1, in a thread, answering as ``Echo`` reads."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.seen: list[tuple[str, dict[str, Any]]] = []  # (path, body) per request
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._main, daemon=True)
-        self.port = 0
 
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(asyncio.start_server(self._conn, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self.ready.set()
-        self.loop.run_forever()
-        server.close()
-
-    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = re.search(rb"(?i)content-length:\s*(\d+)", head)
-                req = json.loads(await reader.readexactly(int(length.group(1)) if length else 0))
-                self.seen.append((head.split(b" ")[1].decode(), req))
-                if req.get("stream"):
-                    await self._stream(writer, req)
-                    continue
-                result = {"read": len(req["words"].split()), "wrote": req["budget"]}
-                body = json.dumps({"result": result}).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            req = json.loads(await reader.readexactly(int(length.group(1)) if length else 0))
+            self.seen.append((head.split(b" ")[1].decode(), req))
+            if req.get("stream"):
+                await self._stream(writer, req)
+                continue
+            result = {"read": len(req["words"].split()), "wrote": req["budget"]}
+            body = json.dumps({"result": result}).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            await writer.drain()
 
     async def _stream(self, writer: asyncio.StreamWriter, req: dict[str, Any]) -> None:
         """``Deltas``' stream: one HTTP chunk per event, 2 ms apart, usage in the last."""
@@ -156,15 +140,6 @@ class EchoServer:
             await asyncio.sleep(0.002)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        self.ready.wait(10)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 def test_a_registered_kind_runs_end_to_end_through_the_cli(

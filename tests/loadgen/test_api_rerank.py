@@ -13,7 +13,6 @@ import asyncio
 import json
 import random
 import re
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from tailwise.loadgen import apis, documents
 from tailwise.loadgen.apis.rerank import RanksDocuments, classify_ranking
 from tailwise.loadgen.llm_stream import MALFORMED, MAX_TOKEN_COUNT
 from tests.clirun import run_cli
+from tests.wire import ThreadedServer
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "rerank"
 
@@ -241,49 +241,24 @@ def test_a_wrong_model_is_booked_as_the_servers_404(
 # -- hostile servers ---------------------------------------------------------------------
 
 
-class FixedAnswer:
+class FixedAnswer(ThreadedServer):
     """An HTTP/1.1 keep-alive server on 127.0.0.1, in a thread, giving every request one
     status and body."""
 
     def __init__(self, status: int, body: bytes) -> None:
+        super().__init__()
         self.status, self.body = status, body
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._main, daemon=True)
-        self.port = 0
 
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(asyncio.start_server(self._conn, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self.ready.set()
-        self.loop.run_forever()
-        server.close()
-
-    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = re.search(rb"(?i)content-length:\s*(\d+)", head)
-                await reader.readexactly(int(length.group(1)) if length else 0)
-                writer.write(
-                    b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (self.status, len(self.body), self.body)
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        self.ready.wait(10)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            await reader.readexactly(int(length.group(1)) if length else 0)
+            writer.write(
+                b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (self.status, len(self.body), self.body)
+            )
+            await writer.drain()
 
 
 _HUGE_OK = json.dumps({"results": [{"index": 0, "relevance_score": 0.5}] * 80_000}).encode()
