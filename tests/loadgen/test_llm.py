@@ -38,8 +38,11 @@ def test_ttft_and_itl_match_the_servers_truth(
     s = res.summary
     assert s["requests"]["ok"] == s["requests"]["scheduled"] > streams
     ttft, itl = truth_ms(truth)
-    # TTFT from the actual send vs. the server's own first-chunk write after arrival
-    assert s["service_ttft_ms"]["p50"] == pytest.approx(float(np.median(ttft)), abs=2.0)
+    # TTFT from the actual send vs. the server's own first-chunk write after arrival: never
+    # earlier, and later by at most what the client says it read late (its receive lag:
+    # beside four CPU-bound processes, 50 streams were read 3.4 ms late at the median)
+    late_ms = 2.0 + float(s["generator"]["recv_lag_p99_ms"])
+    assert -2.0 <= s["service_ttft_ms"]["p50"] - float(np.median(ttft)) <= late_ms
     assert s["itl_ms"]["p50"] == pytest.approx(float(np.median(itl)), abs=2.0)
     assert s["tokens_counted_by"] == "server usage"
     assert (
