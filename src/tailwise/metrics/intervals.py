@@ -194,11 +194,11 @@ def _regenerative(x: np.ndarray, idle: np.ndarray | None, confidence: float) -> 
     A request that finds nothing in flight starts the system afresh, so blocks cut there
     (:func:`~tailwise.metrics.tail.regeneration_blocks`) are independent: their spread
     needs no allowance for memory, where batch means of equal slices understate it in a
-    run not long against a busy period, or decline. Validation grid cells (200 runs):
-    M/M/1 at 80% load, 50,000 requests: p99 given in 62 runs covering 90.3% before,
-    now 186 covering 94.1%, mean 93.0% -> 95.5%; bursty (gamma CV 2) arrivals at 70%:
-    p99 51 runs 84.3% -> 178 runs 93.3%; at 5,000 requests p90 107 runs 89.7% -> 148 runs
-    92.6%. Where the gates stay shut (M/M/4, heavy service, an LLM engine, 95% load) the
+    run not long against a busy period, or decline. Validation grid (200 runs a cell,
+    docs/benchmarks.md): M/M/1 at 80% load, 50,000 requests, p99 given in 65 runs
+    covering 93.8% before, now 179 covering 96.6%; at 5,000 requests p90 103 runs at
+    87.4% -> 140 at 91.4%; M/M/1 at 50%, 50,000, p90 and mean 92.4% -> 94.4% and 93.9%.
+    Where the gates stay shut (M/M/4, heavy service, an LLM engine, 95% load) the
     intervals are as before. Quantiles only with :data:`MIN_REGEN_BEYOND` values beyond
     them (ten per block): with fewer, the few blocks holding them decide the spread, and
     such p99 intervals covered 32% (M/M/1 at 80% load, 5,000 requests)."""
