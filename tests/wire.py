@@ -61,6 +61,8 @@ class ThreadedServer:
     a subclass writes :meth:`serve` (one connection; a closed peer ends it quietly).
     ``with server as url:`` starts it and stops its loop at the end."""
 
+    read_limit = 1 << 16  # asyncio's stream buffer (its default); a subclass may raise it
+
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
@@ -69,7 +71,9 @@ class ThreadedServer:
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(asyncio.start_server(self._conn, "127.0.0.1", 0))
+        server = self.loop.run_until_complete(
+            asyncio.start_server(self._conn, "127.0.0.1", 0, limit=self.read_limit)
+        )
         self.port = server.sockets[0].getsockname()[1]
         self.ready.set()
         self.loop.run_forever()

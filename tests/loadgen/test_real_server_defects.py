@@ -18,7 +18,6 @@ import json
 import re
 import socket
 import struct
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ import pytest
 
 import tailwise
 from tailwise.loadgen.server_view import server_lines
+from tests.wire import ThreadedServer
 
 KEEP_ALIVE = b"Connection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n"
 NONCE = re.compile(r"^[0-9a-f]{10}$")
@@ -46,7 +46,7 @@ class Log:
 Handler = Callable[[dict[str, Any], Log], tuple[bytes, bool]]
 
 
-class ThreadServer:
+class ThreadServer(ThreadedServer):
     """An asyncio HTTP/1.1 server on 127.0.0.1 in its own thread.
 
     ``mode`` says how a connection ends after its first answer:
@@ -57,22 +57,11 @@ class ThreadServer:
     ``reset_on_next``: the next request gets a TCP reset (a crashed peer).
     """
 
-    def __init__(self, handler: Handler, mode: str = "keep") -> None:
-        self.handler, self.mode, self.log = handler, mode, Log()
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._main, daemon=True)
-        self.port = 0
+    read_limit = 1 << 20
 
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(
-            asyncio.start_server(self._conn, "127.0.0.1", 0, limit=1 << 20)
-        )
-        self.port = server.sockets[0].getsockname()[1]
-        self.ready.set()
-        self.loop.run_forever()
-        server.close()
+    def __init__(self, handler: Handler, mode: str = "keep") -> None:
+        super().__init__()
+        self.handler, self.mode, self.log = handler, mode, Log()
 
     async def _read(self, reader: asyncio.StreamReader) -> dict[str, Any] | None:
         try:
@@ -128,15 +117,6 @@ class ThreadServer:
             writer.write(event + b"\n\n")
             await writer.drain()
             await asyncio.sleep(DECODE_MS / 1e3)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        self.ready.wait(10)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 def plain(req: dict[str, Any], log: Log) -> tuple[bytes, bool]:
