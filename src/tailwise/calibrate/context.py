@@ -12,7 +12,9 @@ clients' token instants of a run, sorted, fall in clusters a step apart.
 A cluster whose every token continues its request from the cluster just
 before (none is a first token, none came after a gap) is a decode step that
 followed another at once; its duration is the time between the two
-clusters, its N and KV are read off its members. The least-squares plane of
+clusters, its N and KV are read off its members (and both clusters must be whole:
+each member's next token lies in the cluster right after, so a step the client read
+in two bursts is not mistaken for a smaller one). The least-squares plane of
 the durations over (N, KV), outliers trimmed at 3.5 robust deviations, gives
 k as the KV slope (a and c come with it, unused here). Every step of a sweep
 counts, saturated ones too: the law does not depend on the load, and full
@@ -62,7 +64,14 @@ def _run_steps(step: Step) -> np.ndarray:
     good = np.bincount(cid, weights=follows.astype(np.float64)) == size
     center = np.bincount(cid, weights=t) / size
     kv_sum = np.bincount(cid, weights=kv)
-    good[0] = False
+    # A busy client may read one step's tokens in two bursts: the early part would
+    # pass as a step with too few sequences but the whole step's duration. So every
+    # member of a kept cluster, and of the one before it, must continue (or end) in
+    # the cluster right after: a fragment's members skip one.
+    last = np.concatenate([first[1:], [True]])  # each request's last token
+    nxt = np.concatenate([cid[1:], [-1]])
+    onward = np.bincount(cid, weights=(last | (nxt == cid + 1)).astype(np.float64)) == size
+    good &= onward & np.concatenate([[False], onward[:-1]])
     idx = np.flatnonzero(good)
     dur = (center[idx] - center[idx - 1]) / 1e6
     return np.column_stack([dur, size[idx], kv_sum[idx]])
