@@ -50,7 +50,7 @@ from tailwise.metrics import catalog, derive, tail
 from tailwise.metrics.percentiles import QUANTILES, nearest_rank
 from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import steady_state
-from tailwise.metrics.tail import idle_on_arrival, regeneration
+from tailwise.metrics.tail import Regeneration, idle_on_arrival, regeneration
 from tailwise.metrics.uncertainty import (
     CONFIDENCE,
     MIN_BATCHES,
@@ -62,13 +62,12 @@ from tailwise.metrics.uncertainty import (
     cycle_reach,
     decide_within,
     decision_level,
-    heavy_note,
-    heavy_tailed,
     judge,
     mean_ci,
     proportion_ci,
     quantile_cis,
     rate_ci,
+    refuse_tail,
     threshold_share_ci,
     value_inflation,
     wilson_interval,
@@ -162,8 +161,10 @@ def distribution_ci(
     x = np.asarray(values, dtype=np.float64)
     if len(x) == 0:
         return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, "no values")}
-    if heavy_tailed(x):  # every interval under-covers then, the median's too (see heavy_note)
-        return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, heavy_note(x))}
+    regen = regeneration(idle, x) if idle is not None and len(idle) == len(x) else None
+    heavy = refuse_tail(x, regen)
+    if heavy:  # every interval under-covers then, the median's too (see refuse_tail)
+        return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, heavy)}
     confidence = quantiles.confidence if quantiles else CONFIDENCE
     cycles = _regenerative(x, idle, confidence)
     short = _short_memory_note(x)
@@ -326,7 +327,7 @@ def _slo_estimate(
             if decide_at == quantiles.confidence
             else threshold_share_ci(x, slo.threshold, quantiles.confidence)
         )
-        return shown, *_settle(x, slo.threshold, slo.target, decided, shown.reason)
+        return shown, *_settle(x, slo.threshold, slo.target, decided, shown.reason, regen)
     if slo.stat in ("max", "p100"):  # a claim about this sample only: see MAX_NOTE
         return None, "fail" if x.max() > slo.threshold else "pass", MAX_NOTE
     if slo.stat == "mean":
@@ -336,8 +337,9 @@ def _slo_estimate(
         e = mean_ci(x, quantiles.confidence)
         decided = judge(e if decide_at == e.confidence else mean_ci(x, decide_at),
                         slo.threshold, "<=")  # fmt: skip
-        if decided == "pass" and heavy_tailed(x):
-            return _in_ms(e), "inconclusive", heavy_note(x)
+        heavy = refuse_tail(x, regen) if decided == "pass" else ""
+        if heavy:
+            return _in_ms(e), "inconclusive", heavy
         return _in_ms(e), decided, e.reason
     q = float(slo.stat[1:]) / 100.0
     (e,) = quantiles(x, [q])
@@ -345,18 +347,19 @@ def _slo_estimate(
     within[slo.spec] = (share, q, level.value)
     # A pass by the tail model says so, over the quantile's own "n too small".
     note = share.reason if share.reason.startswith(TAIL_NOTE) else e.reason or share.reason
-    return _in_ms(e), *_settle(x, slo.threshold, q, decided, note)
+    return _in_ms(e), *_settle(x, slo.threshold, q, decided, note, regen)
 
 
 def _settle(
-    x: np.ndarray, threshold: float, needed: float, decided: str, note: str
+    x: np.ndarray, threshold: float, needed: float, decided: str, note: str, regen: Regeneration
 ) -> tuple[str, str]:
     """``(decided, note)`` once the two rules past the intervals are applied: an
     overloaded queue is shown to fail, a heavy tail is never passed."""
     if decided == "inconclusive" and _overloaded(x, threshold, needed):
         return "fail", RISING_NOTE
-    if decided == "inconclusive" and heavy_tailed(x):
-        return "inconclusive", heavy_note(x)
+    heavy = refuse_tail(x, regen) if decided == "inconclusive" else ""
+    if heavy:
+        return "inconclusive", heavy
     return decided, note
 
 
