@@ -39,6 +39,7 @@ class FakeWire:
 def hand_pool(*, streaming: bool = False, timeout_ns: int = 10**10) -> tuple[Any, list[int]]:
     """A transport's one pool (a loopback URL never dialled) for connections driven by hand,
     and the list of sequence numbers it settles, in order."""
+    from tailwise.loadgen.answers import AnswerBook
     from tailwise.loadgen.http import HttpTransport
     from tailwise.loadgen.targets import parse_url
 
@@ -47,7 +48,7 @@ def hand_pool(*, streaming: bool = False, timeout_ns: int = 10**10) -> tuple[Any
         [[b"GET / HTTP/1.1\r\n\r\n"]],
         timeout_ns=timeout_ns,
         connect_timeout_ns=10**9,
-        streaming=streaming,
+        answers=AnswerBook(streams=True) if streaming else None,
     )
     pool = transport._pools[0]
     settled: list[int] = []

@@ -17,7 +17,8 @@ preallocated arrays (design invariant 8); no exception class stands for it.
     │                       the disk is full (no space, quota, file size, I/O error), else
     │                       exit 2 (read-only, not a directory, no permission: a bad --out)
     ├── HostFailure         this machine could not do its part (exit 9)
-    │   └── WorkerStartFailed  a worker process (--workers, --ray) did not start
+    │   ├── WorkerStartFailed  a worker process (--workers, --ray) did not start
+    │   └── WorkerProtocolError  a worker sent what is no worker message (another version?)
     └── KneeAborted         a knee search stopped on a trial it could not judge (exit 3;
                             tailwise.knee)
 
@@ -145,6 +146,12 @@ class HostFailure(TailwiseError):
 
 class WorkerStartFailed(HostFailure):
     """A worker process (``--workers``, ``--ray``) died or failed before it was ready."""
+
+
+class WorkerProtocolError(HostFailure):
+    """A worker (``--workers``, ``--ray``) sent something that is not one of the worker
+    messages (:mod:`tailwise.loadgen.scale_messages`): a worker of another tailwise
+    version on a Ray node, or a bug. The run stops; its workers are killed."""
 
 
 def error_kind(exc: BaseException) -> str:

@@ -27,6 +27,7 @@ from tailwise.arrivals import BLOCK, parse_schedule
 from tailwise.errors import BadInput
 from tailwise.loadgen import scale_merge as merge
 from tailwise.loadgen.prepare import parse_workers
+from tailwise.loadgen.scale_messages import Died, Failed, Snapshot, WorkerMessage
 from tailwise.metrics.histogram import new_histogram, record_many
 from tailwise.metrics.percentiles import nearest_rank
 from tailwise.records import Records, read_jsonl
@@ -126,7 +127,10 @@ def test_histogram_percentiles_bound_the_exact_ones() -> None:
     for part in parts:  # three workers' snapshots, in the same interval
         h = new_histogram()
         record_many(h, part)
-        view.add({"hists": [(True, 0, h.encode())]})
+        hists = [(True, 0, h.encode())]
+        view.add(
+            Snapshot(at_ns=0, sent=0, in_flight=0, completed=0, kinds={}, hists=hists, misses=None)
+        )
     got = merge.hdr_summary_ms(view.window_histogram())
     exact = np.sort(values)
     assert got["count"] == len(values)
@@ -149,7 +153,7 @@ def test_snapshots_of_failures_only_count_kinds_and_no_latency() -> None:
     snaps = Snapshots(engine, 0, (0, 10**12), None)  # type: ignore[arg-type]
     snaps.catch_up_now()
     taken = snaps.take()
-    assert taken["kinds"] == {"http_4xx": 100} and taken["hists"] == []
+    assert taken.kinds == {"http_4xx": 100} and taken.hists == []
 
 
 def test_owed_rows_fill_only_what_a_worker_never_reported() -> None:
@@ -312,9 +316,13 @@ def test_a_lost_slo_stops_every_worker(loopback: Loopback, tmp_path: Path) -> No
 # ---- a worker that does not start: this machine failed, not the input (exit 9) ---------
 
 
-@pytest.mark.parametrize("message", [("died", "exit code -9"), ("error", "OSError: boom")])
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [(Died("exit code -9"), "exit code -9"), (Failed("OSError: boom"), "OSError: boom")],
+)
 def test_a_worker_that_fails_to_start_exits_9_not_bad_input(
-    message: tuple[str, str],
+    message: WorkerMessage,
+    why: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -327,5 +335,5 @@ def test_a_worker_that_fails_to_start_exits_9_not_bad_input(
     argv += ["--workers", "2", "--no-preflight", "--out", str(tmp_path / "run"), "-q"]
     code, _, err = run_cli(argv, capsys)
     assert code == 9 and err.count("\n") == 1, err
-    assert f"tailwise: error: --workers: got 'worker 0: {message[1]}'" in err
+    assert f"tailwise: error: --workers: got 'worker 0: {why}'" in err
     assert "expected workers that start" in err

@@ -352,8 +352,8 @@ def drive(
         for name in block.__slots__
         if name not in ("base", "rows", "chunk_times")
     }
-    owner = pool.owner
-    return columns, dict(block.chunk_times), owner.usage_rows, dict(owner.server_notes)
+    book = pool.owner.answers
+    return columns, dict(block.chunk_times), book.usage_rows, dict(book.server_notes)
 
 
 @pytest.mark.parametrize("path", SSE_FILES, ids=[p.stem for p in SSE_FILES])

@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tailwise.loadgen import http_stream
+from tailwise.loadgen.answers import AnswerBook
 from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.targets import parse_url
 from tailwise.records import ERROR_KINDS, RecordBlock
@@ -315,19 +316,19 @@ async def _serve(pieces: list[list[bytes]], gap_s: float) -> tuple[asyncio.Serve
 async def _answers(pieces: list[list[bytes]], gap_s: float, timeout_s: float = 5.0) -> Any:
     """The block of one request per answer in ``pieces``, each on a fresh connection."""
     server, url = await _serve(pieces, gap_s)
+    texts: list[tuple[int, str]] = []
     transport = HttpTransport(
         [parse_url(url)],
         [[REQUEST]],
         timeout_ns=int(timeout_s * 1e9),
         connect_timeout_ns=10**9,
-        streaming=True,
         preconnect=0,
+        # on_answer keeps the text
+        answers=AnswerBook(streams=True, on_answer=lambda seq, text: texts.append((seq, text))),
     )
     rows = len(pieces)
     block = RecordBlock(0, rows)
     done: list[int] = []
-    texts: list[tuple[int, str]] = []
-    transport.on_answer = lambda seq, text: texts.append((seq, text))  # keeps the text
     try:
         await transport.start(lambda b, j: done.append(j))
         t0 = time.monotonic_ns()
@@ -479,7 +480,7 @@ async def one_request(
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
     transport = HttpTransport(
         [parse_url(url)], [[REQUEST]], timeout_ns=timeout_ns,
-        connect_timeout_ns=10**9, streaming=True, preconnect=0,
+        connect_timeout_ns=10**9, preconnect=0, answers=AnswerBook(streams=True),
     )  # fmt: skip
     block, done = RecordBlock(0, 1), []
     await transport.start(lambda b, j: done.append(j))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -26,6 +27,7 @@ from tailwise.metrics import catalog, client, shape
 from tailwise.metrics.catalog import CATALOG, lookup, metric_bounds, slo_names
 from tailwise.metrics.client import ClientLag, LagSeries
 from tailwise.metrics.percentiles import nearest_rank
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.slo import parse_slo
 from tailwise.records import RecordBlock, Records
 from tailwise.report import compare, export, text
@@ -117,7 +119,7 @@ def test_summaries_hold_every_distribution_with_its_interval(
 def test_the_report_table_has_a_row_per_metric(llm_run: SimRun) -> None:
     rows = dict(text.DIST_ROWS)  # the HTML report reads the same rows
     out = io.StringIO()
-    measured = {**llm_run.summary, "source": "loadgen"}  # a simulation hides service, send lag
+    measured = replace(llm_run.summary, source="loadgen")  # a simulation hides service, lag
     Console(file=out, width=160).print(text.render(measured))
     shown = [line.split("  ")[0].strip() for line in out.getvalue().splitlines()]
     for m in CATALOG:
@@ -126,7 +128,7 @@ def test_the_report_table_has_a_row_per_metric(llm_run: SimRun) -> None:
 
 
 def test_compare_shows_every_metrics_rows(llm_run: SimRun) -> None:
-    summary = json.loads(json.dumps(llm_run.summary.to_json()))
+    summary = Summary.from_json(json.loads(json.dumps(llm_run.summary.to_json())))
     shown = {row.key for row in compare.compare_runs(summary, summary, 0.1).metrics}
     for m in CATALOG:
         assert {key for key, *_ in m.compare_rows()} <= shown, m.name

@@ -38,7 +38,7 @@ S = 1_000_000_000
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "tailwise"
 
-# The modules between summarize() and its readers of a fresh summary.
+# The modules between summarize() and its readers, of a fresh summary or a saved one.
 SUMMARY_PATH = (
     "metrics/summary.py",
     "metrics/schema.py",
@@ -60,6 +60,17 @@ SUMMARY_PATH = (
     "cli/simulate.py",
     "demo.py",
     "report/text.py",
+    "report/compare.py",
+    "report/html.py",
+    "report/render.py",
+    "report/run_charts.py",
+    "report/charts.py",
+    "report/sweep_page.py",
+    "report/knee_page.py",
+    "report/workload.py",
+    "metrics/shape.py",
+    "cli/reports.py",
+    "cli/plan.py",
 )
 SUMMARY_NAMES = frozenset({"summary", "summaries"})
 FUNCTIONS = frozenset({"summarize", "point_passed", "settled", "exit_code", "metrics_of"})

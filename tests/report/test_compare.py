@@ -20,7 +20,7 @@ from tailwise.loadgen.sweep import Step, sweep_json
 from tailwise.metrics.schema import Summary
 from tailwise.metrics.slo import parse_slo
 from tailwise.metrics.summary import RunInfo, summarize
-from tailwise.report.compare import compare_dirs, compare_runs, worse_by_more_than
+from tailwise.report.compare import Comparison, compare_dirs, compare_runs, worse_by_more_than
 from tests.clirun import run_cli as cli
 from tests.synthetic import make_records
 
@@ -75,8 +75,13 @@ def write_run(path: Path, s: dict[str, Any]) -> str:
     return str(path)
 
 
+def _compare(a: dict[str, Any], b: dict[str, Any], threshold: float) -> Comparison:
+    """compare_runs on two summary.json documents, read back as compare reads them."""
+    return compare_runs(Summary.from_json(a), Summary.from_json(b), threshold)
+
+
 def regressed(a: dict[str, Any], b: dict[str, Any], threshold: float = 0.10) -> list[str]:
-    return [m.key for m in compare_runs(a, b, threshold).regressions]
+    return [m.key for m in _compare(a, b, threshold).regressions]
 
 
 # ---- runs -----------------------------------------------------------------------------
@@ -119,7 +124,7 @@ def test_the_threshold_itself_is_not_a_regression() -> None:
 
 def test_lost_goodput_is_a_regression_even_when_latency_holds() -> None:
     a, b = summary(20.0), summary(20.0, errors_every=5)  # B: 20% resets
-    c = compare_runs(a, b, 0.10)
+    c = _compare(a, b, 0.10)
     assert [m.key for m in c.regressions] == ["rates.goodput_rps"]
     goodput = c.regressions[0]
     assert goodput.rel_delta == pytest.approx(-0.20, abs=0.01)
@@ -132,12 +137,12 @@ def test_llm_runs_also_gate_p99_ttft_and_tpot() -> None:
     a = summary(0, llm=(10.0, 2.0))
     b = summary(0, llm=(20.0, 1.0))
     assert a["latency_ms"]["p99"] == b["latency_ms"]["p99"] == 30.0
-    c = compare_runs(a, b, 0.10)
+    c = _compare(a, b, 0.10)
     assert [m.key for m in c.regressions] == ["ttft_ms.p99"]
     assert {"TTFT p50", "TPOT p99"} <= {m.label for m in c.metrics}
-    assert [m.key for m in compare_runs(b, a, 0.10).regressions] == ["tpot_ms.p99"]
+    assert [m.key for m in _compare(b, a, 0.10).regressions] == ["tpot_ms.p99"]
     # Plain HTTP runs have no TTFT rows at all.
-    plain = compare_runs(summary(5.0), summary(5.0), 0.1)
+    plain = _compare(summary(5.0), summary(5.0), 0.1)
     assert not any(m.key.startswith("ttft") for m in plain.metrics)
 
 

@@ -14,6 +14,7 @@ import pytest
 from tailwise.cli import main
 from tailwise.loadgen.runner import RunOptions, run
 from tailwise.loadgen.sweep import Sweep
+from tailwise.metrics.schema import Summary
 from tailwise.report import html
 from tailwise.report.render import render_directory, sweep_report
 
@@ -127,11 +128,9 @@ def test_every_string_from_a_run_is_escaped() -> None:
         },
         "rates": {"offered_rps": 1, "throughput_rps": 0, "goodput_rps": 0, "attainment": 0},
         "slos": [{"spec": hostile, "kind": "rate", "value": hostile, "passed": False}],
-        "errors": [
-            {"kind": hostile, "status": 500, "count": 1, "warmup": 0, "samples": [hostile]}
-        ],
+        "errors": [{"kind": hostile, "status": 500, "count": 1, "warmup": 0, "samples": [hostile]}],
     }
-    page = html.run_page(summary, [], {"command": hostile, "host": hostile})
+    page = html.run_page(Summary.from_json(summary), [], {"command": hostile, "host": hostile})
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 8  # each place it was put
 

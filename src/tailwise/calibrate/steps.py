@@ -27,7 +27,7 @@ from tailwise.loadgen import apis
 from tailwise.loadgen.server_view import SERVER_FILE
 from tailwise.metrics.derive import latency_ns, service_ttft_ns, tpot_ns
 from tailwise.metrics.schema import Summary
-from tailwise.metrics.shape import check_summary
+from tailwise.metrics.shape import read_summary
 from tailwise.records import Records, read_jsonl
 from tailwise.units import parse_rate_rps
 
@@ -42,7 +42,7 @@ class Step:
     """One measured run: its summary, records and what the client sent."""
 
     directory: Path
-    summary: Summary  # its summary.json, read through Summary.from_json
+    summary: Summary  # its summary.json, read through shape.read_summary
     records: Records
     options: dict[str, Any]  # run.json options ({} for a simulated run)
     kind: str
@@ -220,8 +220,8 @@ def _located(parent: Path, directory: str) -> Path:
 
 
 def load_step(directory: Path, kind: str | None = None) -> Step:
-    doc = check_summary(_read_json(directory / "summary.json"), f"{directory}/summary.json")
-    summary = Summary.from_json(doc)
+    where = f"{directory}/summary.json"
+    summary = read_summary(directory / "summary.json", "RUN_OR_SWEEP_DIR", where=where)
     if summary.closed:
         raise BadInput("RUN_OR_SWEEP_DIR", str(directory), "open-loop runs (this one is closed)")
     run_json = directory / "run.json"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 
 import click
 
@@ -277,17 +277,18 @@ def _joules(given: str | None, field: str, key: str) -> float | None:
     from pathlib import Path
 
     from tailwise import plan as p
+    from tailwise.metrics.shape import read_summary
 
     if given is None:
         return None
     path = Path(given)
     if not path.is_dir():
         return p.parse_positive(given, field)
-    try:
-        doc = json.loads((path / "summary.json").read_text(encoding="utf-8"))
-        value = doc["gpu"][key]["value"]
-    except (OSError, ValueError, KeyError, TypeError):
-        value = None
+    try:  # only its gpu section is read: the rest of the summary need not be whole
+        estimate = read_summary(path / "summary.json", field, checked=False).section("gpu").get(key)
+    except BadInput:
+        estimate = None
+    value = estimate.get("value") if isinstance(estimate, Mapping) else None
     if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
         want = f"joules, or a run directory whose summary.json has gpu.{key} (--gpu-metrics)"
         raise BadInput(field, given, want)

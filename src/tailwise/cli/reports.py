@@ -9,49 +9,29 @@ from pathlib import Path
 import click
 
 
-def check_saved_summary(path: Path, field: str) -> None:
-    """A run's summary.json read and its shape checked before a renderer indexes into it."""
-    from tailwise.errors import BadInput
-    from tailwise.files import read_bounded_text
-    from tailwise.metrics.shape import check_summary
-
-    file = path if path.suffix == ".json" else path / "summary.json"
-    if not file.is_file() or file.name != "summary.json":
-        return  # not a single run (a sweep, a records file): its own reader checks it
-    text = read_bounded_text(file, field, SUMMARY_MAX_BYTES)
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise BadInput(field, str(file), f"a readable summary.json ({exc})") from None
-    check_summary(doc, f"{field} (summary.json)")
-
-
-SUMMARY_MAX_BYTES = 16 * 1024 * 1024
-
-
 @click.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("-q", "--quiet", is_flag=True, help="Write the files; print nothing.")
 def report(directory: Path, quiet: bool) -> None:
     """Re-render a run, sweep or knee directory: terminal summary, PNG charts, report.html."""
+    from tailwise.metrics.shape import read_summary
     from tailwise.report.render import kind_of, render_directory
-    from tailwise.report.text import print_saved_summary, print_sweep
+    from tailwise.report.text import print_summary, print_sweep
 
     kind = kind_of(directory)
-    if kind == "run":
-        check_saved_summary(directory, "DIR")
-    written = render_directory(directory)
+    summary = read_summary(directory / "summary.json", "DIR") if kind == "run" else None
+    written = render_directory(directory, summary)
     if not quiet:
-        name = {"sweep": "sweep.json", "knee": "knee.json"}.get(kind, "summary.json")
-        doc = json.loads((directory / name).read_text())
-        if kind == "sweep":
-            print_sweep(doc)
-        elif kind == "knee":
+        if summary is not None:
+            print_summary(summary, str(directory))
+        elif kind == "sweep":
+            print_sweep(json.loads((directory / "sweep.json").read_text()))
+        else:
             from tailwise.cli.measure import print_knee
 
-            print_knee(doc, str(directory), stderr=False)
-        else:
-            print_saved_summary(doc, str(directory))
+            print_knee(
+                json.loads((directory / "knee.json").read_text()), str(directory), stderr=False
+            )
         for path in written:
             click.echo(f"wrote     {path}")
 
@@ -90,11 +70,12 @@ def compare(
 
     A and B must have run the same workload, else exit 2 naming what differs.
     """
+    from tailwise.metrics.shape import read_summary
     from tailwise.report.compare import compare_dirs, parse_threshold, print_comparison
 
     for field, where in (("A", a), ("B", b)):
-        if (Path(where) / "summary.json").is_file() or where.endswith(".json"):
-            check_saved_summary(Path(where), field)
+        if Path(where).name == "summary.json" and Path(where).is_file():
+            read_summary(Path(where), field)  # a file, not a directory: what is wrong with it
     result = compare_dirs(a, b, parse_threshold(threshold), allow_different=allow_different)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))

@@ -20,6 +20,7 @@ import numpy as np
 
 from tailwise.files import OutputError, atomic_write_text
 from tailwise.loadgen import images, server_view
+from tailwise.loadgen.answers import AnswerBook
 from tailwise.loadgen.attack import Engine
 from tailwise.loadgen.execute import Executed, Outcome
 from tailwise.loadgen.prepare import Prepared, plan_window_end
@@ -280,7 +281,8 @@ def server_part(
     stray = {"stray_answers": strays} if strays else {}
     if not p.api:
         return {"reconnects": reconnects, **stray}
-    notes = getattr(out.transport, "server_notes", None) or {}
+    book = getattr(out.transport, "answers", None)
+    notes = book.server_notes if isinstance(book, AnswerBook) else {}
     server_view.write_notes(directory, notes)
     part = server_view.sections(
         records,
@@ -295,16 +297,10 @@ def server_part(
 
 def token_source(out: Outcome) -> dict[str, Any]:
     """Say how output tokens were counted: the server's usage, or one per content chunk."""
-    usage_rows = getattr(out.transport, "usage_rows", 0)
-    counted_rows = getattr(out.transport, "tokenizer_rows", 0)
-    counter = getattr(out.transport, "counter", None)
-    if usage_rows:
-        how = "server usage"
-    elif counted_rows and counter is not None:
-        how = f"tokenizer {counter.name}"
-    else:
-        how = "content chunks (approximation)"
-    return {"tokens_counted_by": how}
+    book = getattr(out.transport, "answers", None)
+    if isinstance(book, AnswerBook):
+        return {"tokens_counted_by": book.counted_by()}
+    return {"tokens_counted_by": "content chunks (approximation)"}
 
 
 def write_outputs(

@@ -36,6 +36,7 @@ from tailwise.arrivals import expected_count
 from tailwise.clock import now_ns
 from tailwise.files import SpaceReserve, atomic_write_text
 from tailwise.loadgen import apis, live
+from tailwise.loadgen.answers import AnswerBook
 from tailwise.loadgen.attack import ClosedLoop, Engine, OpenLoop
 from tailwise.loadgen.http import HttpTransport
 from tailwise.loadgen.looplag import LoopLag
@@ -418,24 +419,30 @@ def http_transport(p: Prepared) -> Transport:
     payloads: list[Any] = p.payloads
     if p.sessions is not None:  # bodies rendered as each turn comes due
         payloads = [TurnPayloads(p.sessions, t) for t in p.targets]
-    transport = HttpTransport(
+    return HttpTransport(
         p.targets,
         payloads,
         timeout_ns=p.timeout_ns,
         connect_timeout_ns=p.connect_timeout_ns,
         insecure=p.insecure,
         preconnect=_preconnect(p),
-        streaming=p.streaming,
-        counter=p.counter,
-        prompt_tokens=p.prompt_tokens,
-        answers=bool(p.api) and not p.streaming,
-        api=apis.get(p.api) if p.api else None,  # a worker lacking it: bad input
         nonce=p.nonce,
         nonce_stream=p.share[0],  # a worker numbers its requests from 0: its own nonces
+        answers=answer_book(p),
     )
-    if p.sessions is not None:
-        transport.on_answer = p.sessions.answered
-    return transport
+
+
+def answer_book(p: Prepared) -> AnswerBook | None:
+    """How the run's answers are read and counted: None for plain HTTP (no API, no stream)."""
+    if not p.api and not p.streaming:
+        return None
+    return AnswerBook(
+        apis.get(p.api) if p.api else None,  # a worker lacking it: bad input
+        streams=p.streaming,
+        counter=p.counter,
+        prompt_tokens=p.prompt_tokens,
+        on_answer=p.sessions.answered if p.sessions is not None else None,
+    )
 
 
 @dataclass

@@ -23,6 +23,12 @@ chunked) completes at the close. A reused connection closed before any response
 byte sends its request once more on a fresh connection, counted in ``reconnects``
 (see :mod:`~tailwise.loadgen.http_conn` for when that is safe).
 
+LLM answers: the transport only moves bytes. Given an
+:class:`~tailwise.loadgen.answers.AnswerBook` (``answers``), its connections are the
+stream or whole-answer connections of :mod:`~tailwise.loadgen.http_stream`, which time
+each answer's chunks and hand what it says to the book: it classifies events with the
+API kind's functions, counts tokens and writes their columns, and keeps the server's notes.
+
 Unique prompts: an LLM body may carry a placeholder (``nonce``, 10 hex digits,
 random per run); each request replaces it with its own 10 hex digits, a bijection
 of its seq (plus worker index x 2^32) salted by the placeholder, so no two requests
@@ -42,11 +48,9 @@ from typing import Any
 
 from tailwise.clock import now_ns
 from tailwise.errors import error_kind
-from tailwise.loadgen.apis import ApiKind
+from tailwise.loadgen.answers import AnswerBook
 from tailwise.loadgen.http_conn import CONNECT, RESET, TIMEOUT, Conn
 from tailwise.loadgen.http_stream import AnswerConn, StreamConn, on_stream_reads, stream_reader
-from tailwise.loadgen.llm_stream import Chunk, Timings, classify, classify_answer
-from tailwise.loadgen.openai import TokenCounter
 from tailwise.loadgen.targets import Target
 from tailwise.loadgen.transport import OnDone
 from tailwise.metrics.error_samples import ErrorSamples
@@ -105,11 +109,11 @@ class Pool:
         self.next_scan_ns = 0  # run-relative: when sweep() next looks at every connection
         self.on_done: OnDone = _noop_done
         self.rx: Any = None  # the transport's stream reader (start()), if one
-        self.streaming = owner.streaming
+        book = owner.answers
         self.conn_class: type[Conn] = (
-            StreamConn if owner.streaming else AnswerConn if owner.answers else Conn
+            Conn if book is None else StreamConn if book.streams else AnswerConn
         )
-        self.per_response = owner.streaming or owner.answers  # state reset per response
+        self.per_response = book is not None  # state reset per response
         self.retried: set[int] = set()  # seqs sent a second time (at most once each)
         self.reconnects = 0
         self.stray_answers = 0  # connections dropped for an answer nobody asked for
@@ -332,35 +336,19 @@ class HttpTransport:
         connect_timeout_ns: int,
         insecure: bool = False,
         preconnect: int = 4,
-        streaming: bool = False,
-        counter: TokenCounter | None = None,
-        prompt_tokens: list[int] | None = None,
-        answers: bool = False,
         nonce: bytes | None = None,
         nonce_stream: int = 0,
-        api: ApiKind | None = None,
+        answers: AnswerBook | None = None,
     ) -> None:
-        self.streaming = streaming
-        self.answers = answers  # whole LLM/embeddings answers: read their usage and timings
-        # How the API kind reads a stream event and a whole answer (no kind: OpenAI's shapes).
-        self.classify_event: Callable[[str, str], Chunk] = (
-            api.classify_event if api is not None else classify
-        )
-        self.classify_answer: Callable[[bytes], Chunk] = (
-            api.classify_answer if api is not None else classify_answer
-        )
+        # LLM answers (streams or whole bodies): their connections read them with the
+        # book, which counts their tokens and keeps what the server said (answers.py).
+        # None: plain HTTP, only the status and the bytes.
+        self.answers = answers
+        self.streaming = answers is not None and answers.streams
         self.nonce = nonce  # the per-run placeholder each request replaces (see nonce_for)
         # Worker w of a scaled-out run numbers its requests from 0 too: its nonces come
         # from seqs offset by w x 2^32, so no two workers' requests share one.
         self.nonce_offset = nonce_stream << 32
-        self.server_notes: dict[int, tuple[int | None, Timings | None]] = {}
-        self.counter = counter  # counts tokens locally when the server reports no usage
-        self.prompt_tokens = prompt_tokens  # per request body, when counted locally
-        self.usage_rows = 0  # stream rows whose token counts came from the server's usage
-        self.tokenizer_rows = 0
-        # Called with (seq, answer text) when a stream ends well (multi-turn sessions
-        # carry the answer into the next turn); the text is kept only when set.
-        self.on_answer: Callable[[int, str], None] | None = None
         self.timeout_ns = timeout_ns
         self.connect_timeout_ns = connect_timeout_ns
         self._insecure = insecure

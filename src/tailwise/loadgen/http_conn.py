@@ -45,8 +45,7 @@ from typing import Any, Protocol
 import httptools
 
 from tailwise.clock import now_ns
-from tailwise.loadgen.llm_stream import Chunk, Timings
-from tailwise.loadgen.openai import TokenCounter
+from tailwise.loadgen.answers import AnswerBook
 from tailwise.loadgen.sse_fast import compiled_module
 from tailwise.loadgen.transport import OnDone
 from tailwise.metrics.error_samples import ErrorSamples
@@ -70,20 +69,12 @@ _http_c = compiled_module("http_c")
 READ_WHOLE: ReadWhole | None = _http_c.response if _http_c is not None else None
 
 
-class StreamOwner(Protocol):
-    """What a stream connection reads and counts on its transport."""
+class ConnOwner(Protocol):
+    """What a connection reads and counts on its transport."""
 
-    counter: TokenCounter | None
-    prompt_tokens: list[int] | None
-    usage_rows: int
-    tokenizer_rows: int
-    on_answer: Callable[[int, str], None] | None  # (seq, answer text): multi-turn sessions
-    # seq -> (cached prompt tokens, llama.cpp timings), for rows where the server said
-    server_notes: dict[int, tuple[int | None, Timings | None]]
     samples: ErrorSamples
     closing: bool  # the run is ending: nothing is sent again
-    classify_event: Callable[[str, str], Chunk]  # the API kind's reading of one SSE event
-    classify_answer: Callable[[bytes], Chunk]  # ... and of one whole answer
+    answers: AnswerBook | None  # how LLM answers are read and counted (http_stream)
 
 
 class ConnPool(Protocol):
@@ -102,7 +93,7 @@ class ConnPool(Protocol):
     doubted: deque[tuple[RecordBlock, int, int]]
 
     @property
-    def owner(self) -> StreamOwner: ...
+    def owner(self) -> ConnOwner: ...
 
     def settle_doubts(self, raced: bool) -> None:
         """Send the held requests again (``raced``) or book each a reset."""

@@ -1,4 +1,9 @@
-"""HTTP connections whose responses are LLM answers: token streams (SSE) or whole JSON bodies."""
+"""HTTP connections whose responses are LLM answers: token streams (SSE) or whole JSON bodies.
+
+A connection reads the framing (HTTP, SSE) and times each content chunk's arrival; what
+an answer says (its tokens, usage, errors, the server's notes) it leaves to its
+transport's :class:`~tailwise.loadgen.answers.AnswerBook`, which writes those columns.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,9 @@ import os
 from typing import Any
 
 from tailwise.clock import now_ns
+from tailwise.loadgen.answers import AnswerBook, answer_error
 from tailwise.loadgen.http_conn import Conn, ConnPool
-from tailwise.loadgen.llm_stream import MALFORMED, Chunk, Timings
+from tailwise.loadgen.llm_stream import Timings
 from tailwise.loadgen.sse import SSEParser
 from tailwise.loadgen.sse_fast import chunk as fast_chunk
 from tailwise.loadgen.sse_fast import compiled_module
@@ -18,12 +24,7 @@ from tailwise.loadgen.sse_fast import usage as fast_usage
 from tailwise.metrics.error_samples import SAMPLE_BYTES
 from tailwise.records import ERROR_KINDS, RecordBlock, error_code
 
-_TRUNCATED, _STREAM_ERROR, _MALFORMED, _TOO_LARGE = (
-    error_code("truncated"),
-    error_code("stream_error"),
-    error_code("malformed_chunk"),
-    error_code("too_large"),
-)
+_TRUNCATED, _TOO_LARGE = error_code("truncated"), error_code("too_large")
 _NOT_A_STREAM = error_code("not_a_stream")
 # Bounds on what one stream may hold in memory. A plain response is never buffered
 # (only its length is counted), but a stream keeps its unfinished event and one
@@ -37,6 +38,14 @@ MAX_STREAM_CHUNKS = 1 << 18
 # 900 MB answer is not held twice over (it was: 1.9 GB resident). Whole plain chunks the
 # compiled reader books are bounded by MAX_STREAM_CHUNKS instead (each is one small delta).
 MAX_KEPT_TEXT = 4 << 20
+
+
+def answer_book(pool: ConnPool) -> AnswerBook:
+    """The book of the transport that opened ``pool``: an answer connection needs one."""
+    book = pool.owner.answers
+    if book is None:
+        raise ValueError("an LLM answer connection on a transport without an AnswerBook")
+    return book
 
 
 def stream_reader() -> Any:
@@ -123,7 +132,9 @@ class StreamConn(Conn):
     event goes to the API kind's ``classify_event`` (:mod:`tailwise.loadgen.apis`; OpenAI's
     :func:`~tailwise.loadgen.llm_stream.classify`) without the SSE parser; anything else,
     the SSE parser and ``classify_event``. The records are the same either way (a property test over
-    random cuts).
+    random cuts). What the answer gathered (chunk times, text, usage, the server's notes:
+    :class:`~tailwise.loadgen.answers.StreamTally`) becomes its token and chunk columns in
+    the transport's :class:`~tailwise.loadgen.answers.AnswerBook`, at its end or failure.
 
     Where the compiled stream reader runs (Linux: :func:`stream_reader`, rx_c.h), the
     connection's socket is read by it from the first request on: it books the whole
@@ -137,6 +148,7 @@ class StreamConn(Conn):
 
     __slots__ = (
         "at_chunk",
+        "book",
         "cached",
         "chunks",
         "events",
@@ -161,6 +173,7 @@ class StreamConn(Conn):
 
     def __init__(self, pool: ConnPool) -> None:
         super().__init__(pool)
+        self.book = answer_book(pool)
         self.read_whole = None  # the body is read: every answer goes through httptools
         self.rx: Any = None  # the stream reader that reads this socket, if one does
         self.rx_fd = -1
@@ -251,10 +264,9 @@ class StreamConn(Conn):
         self.prompt_tokens: int | None = None
         self.cached: int | None = None
         self.timings: Timings | None = None
-        self.text: list[str] = []  # kept only when tokens are counted locally
+        self.text: list[str] = []  # kept only when the book keeps it
         self.kept = 0  # characters in text (what the Python paths appended)
-        owner = self.pool.owner
-        self.keep_text = owner.counter is not None or owner.on_answer is not None
+        self.keep_text = self.book.keeps_text
         self.reasoning_chunks = 0  # events carrying reasoning_content (or reasoning)
         self.reasoning_usage: int | None = None
         self.reasoning_text: list[str] = []  # kept only when tokens are counted locally
@@ -364,7 +376,7 @@ class StreamConn(Conn):
         """One whole SSE event: what it says goes into this answer's state."""
         # One plain data line (is_one_event) is decoded as the SSE parser would.
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-        c = self.pool.owner.classify_event(text, etype)
+        c = self.book.classify_event(text, etype)
         if not c.done and c.error is None:
             self.events += 1
         if c.text:
@@ -373,7 +385,7 @@ class StreamConn(Conn):
             if not self.reasoning_chunks:
                 block.first_reasoning_ns[self.j] = self.t_last
             self.reasoning_chunks += 1
-            if self.pool.owner.counter is not None:
+            if self.book.counter is not None:
                 self.reasoning_text.append(c.reasoning)
         if c.reasoning_tokens is not None:
             self.reasoning_usage = c.reasoning_tokens
@@ -388,7 +400,7 @@ class StreamConn(Conn):
         if c.timings is not None:
             self.timings = c.timings
         if c.error is not None and not self.stream_err:
-            self.stream_err = _MALFORMED if c.error == MALFORMED else _STREAM_ERROR
+            self.stream_err = answer_error(c.error)
 
     def _on_text(self, block: RecordBlock, text: str) -> None:
         """A content chunk: a token arrival at the time of the read that carried it."""
@@ -403,34 +415,6 @@ class StreamConn(Conn):
                 self.fail(_TOO_LARGE)
                 self.transport.abort()
 
-    def _keep(self, block: RecordBlock, j: int) -> None:
-        owner = self.pool.owner
-        if self.chunks:
-            block.chunk_times[j] = self.chunks
-        # Output tokens count every generated token, reasoning included (as servers' usage
-        # does); reasoning_tokens says how many of them were reasoning.
-        reasoning = self.reasoning_chunks  # no usage: one token per chunk
-        if self.reasoning_usage is not None:
-            reasoning = self.reasoning_usage
-        elif owner.counter is not None and self.reasoning_text:
-            reasoning = owner.counter.count("".join(self.reasoning_text))
-        if self.reasoning_chunks or self.reasoning_usage is not None:
-            block.reasoning_tokens[j] = reasoning
-        if self.usage_tokens is not None:
-            block.output_tokens[j] = self.usage_tokens
-            owner.usage_rows += 1
-        elif owner.counter is not None:  # once per request, not per token
-            block.output_tokens[j] = owner.counter.count("".join(self.text)) + reasoning
-            owner.tokenizer_rows += 1
-        elif self.chunks or self.reasoning_chunks:
-            block.output_tokens[j] = len(self.chunks) + reasoning
-        if self.prompt_tokens is not None:
-            block.input_tokens[j] = self.prompt_tokens
-        elif owner.prompt_tokens:
-            block.input_tokens[j] = owner.prompt_tokens[(block.base + j) % len(owner.prompt_tokens)]
-        if self.cached is not None or self.timings is not None:
-            owner.server_notes[block.base + j] = (self.cached, self.timings)
-
     def on_message_complete(self) -> None:
         self.at_chunk = False  # the last chunk's completion came just before
         block = self.block
@@ -438,7 +422,7 @@ class StreamConn(Conn):
             return
         status = self.parser.get_status_code()
         if 200 <= status < 300:
-            self._keep(block, self.j)
+            self.book.keep_stream(block, self.j, self)
             if self.stream_err:
                 block.error[self.j] = self.stream_err
             elif not self.events and not self.finished and not is_event_stream(self.head):
@@ -451,9 +435,7 @@ class StreamConn(Conn):
                 # A [DONE] after nothing the stream format knows (lines without ``data:``,
                 # or none at all): not an answer with zero tokens, an answer of another kind.
                 block.error[self.j] = _NOT_A_STREAM
-            on_answer = self.pool.owner.on_answer
-            if on_answer is not None and block.error[self.j] == 0:
-                on_answer(block.base + self.j, "".join(self.text))
+            self.book.answered(block, self.j, self.text)
         super().on_message_complete()
 
     def sample(self, code: int, status: int) -> None:
@@ -469,7 +451,7 @@ class StreamConn(Conn):
             # (a failed request's connection is closed next: it is not read again).
             self.rx_let_go()
         if self.block is not None:
-            self._keep(self.block, self.j)
+            self.book.keep_stream(self.block, self.j, self)
         super().fail(code)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -485,15 +467,17 @@ class AnswerConn(Conn):
     """A connection whose responses are whole JSON answers (not streamed, or embeddings).
 
     The body is kept (up to :data:`MAX_EVENT_BYTES`; more fails as ``too_large``) and
-    read once at its end for the server's usage, cached prompt tokens and timings; an
-    answer that is not JSON, or an error object under a 2xx status, is ``malformed_chunk``
-    or ``stream_error`` as in a stream. With no usage, token columns stay unknown (-1).
+    read once at its end by the book (:meth:`~tailwise.loadgen.answers.AnswerBook.keep_answer`)
+    for the server's usage, cached prompt tokens and timings; an answer that is not JSON,
+    or an error object under a 2xx status, is ``malformed_chunk`` or ``stream_error`` as in
+    a stream. With no usage, token columns stay unknown (-1).
     """
 
-    __slots__ = ("body",)
+    __slots__ = ("body", "book")
 
     def __init__(self, pool: ConnPool) -> None:
         super().__init__(pool)
+        self.book = answer_book(pool)
         self.read_whole = None  # the body is read: every answer goes through httptools
         self.body: list[bytes] = []
 
@@ -511,21 +495,6 @@ class AnswerConn(Conn):
     def on_message_complete(self) -> None:
         block = self.block
         if block is not None and 200 <= self.parser.get_status_code() < 300:
-            self._read(block, self.j, self.pool.owner.classify_answer(b"".join(self.body)))
+            self.book.keep_answer(block, self.j, b"".join(self.body))
         self.body = []
         super().on_message_complete()
-
-    def _read(self, block: RecordBlock, j: int, c: Chunk) -> None:
-        owner = self.pool.owner
-        if c.error is not None:
-            block.error[j] = _MALFORMED if c.error == MALFORMED else _STREAM_ERROR
-            return
-        if c.completion_tokens is not None:
-            block.output_tokens[j] = c.completion_tokens
-            owner.usage_rows += 1
-        if c.prompt_tokens is not None:
-            block.input_tokens[j] = c.prompt_tokens
-        elif owner.prompt_tokens:
-            block.input_tokens[j] = owner.prompt_tokens[(block.base + j) % len(owner.prompt_tokens)]
-        if c.cached_tokens is not None or c.timings is not None:
-            owner.server_notes[block.base + j] = (c.cached_tokens, c.timings)

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput, MissingExtra
-from tailwise.loadgen.scale_worker import Message, WorkerSpec, launch
+from tailwise.loadgen.scale_messages import LAST, Died, DriverMessage, WorkerMessage, worker_message
+from tailwise.loadgen.scale_worker import WorkerSpec, launch
 
 POLL_S = 0.5
 LEAD_S = 2.0  # the start instant is set this far ahead: two RPC hops must deliver it
@@ -51,7 +52,7 @@ class Relay:
     def __init__(self) -> None:
         self.proc: Any = None
         self.conn: Any = None
-        self.inbox: deque[Message] = deque()
+        self.inbox: deque[object] = deque()  # what the worker sent; the driver checks it
         self.lock = threading.Lock()
         self.tmp = ""
         self.path = Path()
@@ -74,15 +75,15 @@ class Relay:
                 msg = self.conn.recv()
                 with self.lock:
                     self.inbox.append(msg)
-                    self.over = self.over or msg[0] in ("final", "error")
+                    self.over = self.over or isinstance(msg, LAST)
         except (EOFError, OSError):
             self.eof_at = time.monotonic()
 
-    def send(self, msg: Message) -> None:
+    def send(self, msg: DriverMessage) -> None:
         with contextlib.suppress(OSError):
             self.conn.send(msg)
 
-    def poll(self) -> tuple[list[Message], bytes]:
+    def poll(self) -> tuple[list[object], bytes]:
         """Messages since the last poll, and the records file's new complete lines."""
         with self.lock:
             msgs = list(self.inbox)
@@ -91,7 +92,7 @@ class Relay:
         lines = self._new_lines()
         if self.eof_at and not over and not self.reported_death and self._settled():
             self.reported_death = True
-            msgs.append(("died", _exit_reason(self.proc)))
+            msgs.append(Died(_exit_reason(self.proc)))
         return msgs, zlib.compress(lines, 1)
 
     def _new_lines(self) -> bytes:
@@ -256,7 +257,7 @@ class RayPool:
             self.records_path(k).touch()
         self.ray.get([a.launch.remote(s) for a, s in zip(self.actors, specs, strict=True)])
 
-    def poll(self, timeout_s: float) -> list[tuple[int, Message]]:
+    def poll(self, timeout_s: float) -> list[tuple[int, WorkerMessage]]:
         time.sleep(max(0.0, self._next_poll - time.monotonic()))  # coarse: every POLL_S
         self._next_poll = time.monotonic() + self.poll_s
         for k, a in enumerate(self.actors):
@@ -266,25 +267,26 @@ class RayPool:
             return []
         refs = list(self.pending.values())
         done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=max(timeout_s, 1.0))
-        out: list[tuple[int, Message]] = []
+        out: list[tuple[int, WorkerMessage]] = []
         for k in [k for k, ref in self.pending.items() if ref in done]:
             out += self._collect(k, self.pending.pop(k))
         return out
 
-    def _collect(self, k: int, ref: Any) -> list[tuple[int, Message]]:
+    def _collect(self, k: int, ref: Any) -> list[tuple[int, WorkerMessage]]:
         try:
-            msgs, data = self.ray.get(ref)
+            got, data = self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:  # the actor or its node is gone
             self.over.add(k)
-            return [(k, ("died", f"Ray actor lost ({type(exc).__name__})"))]
+            return [(k, Died(f"Ray actor lost ({type(exc).__name__})"))]
         if data:
             with open(self.records_path(k), "ab") as fh:
                 fh.write(zlib.decompress(data))
-        if any(m[0] in ("final", "error", "died") for m in msgs):
+        msgs = [worker_message(k, m) for m in got]
+        if any(isinstance(m, LAST) for m in msgs):
             self.over.add(k)
         return [(k, m) for m in msgs]
 
-    def send(self, index: int, msg: Message) -> None:
+    def send(self, index: int, msg: DriverMessage) -> None:
         self.actors[index].send.remote(msg)
 
     def kill(self, index: int) -> None:

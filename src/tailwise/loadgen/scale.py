@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -58,8 +58,20 @@ from tailwise.loadgen.conclude import (
 )
 from tailwise.loadgen.execute import no_interrupts
 from tailwise.loadgen.prepare import Prepared, loss_watch, plan_window_end, run_json
+from tailwise.loadgen.scale_messages import (
+    Died,
+    DriverMessage,
+    Failed,
+    Final,
+    Ready,
+    Snapshot,
+    Start,
+    Stop,
+    WorkerMessage,
+    unknown,
+)
 from tailwise.loadgen.scale_pool import LocalPool, Pool
-from tailwise.loadgen.scale_worker import Message, WorkerSpec
+from tailwise.loadgen.scale_worker import WorkerSpec
 from tailwise.loadgen.watch import judge_from_ns
 from tailwise.metrics.summary import summarize
 from tailwise.records import Records, write_jsonl
@@ -75,10 +87,10 @@ class WorkerState:
     host: str = ""
     pid: int = 0
     max_in_flight: int = 0
-    final: dict[str, Any] | None = None
+    final: Final | None = None
     died: str = ""  # why, if it died
     died_at_ns: int = 0  # run-relative instant the driver learned of it
-    last: dict[str, Any] = field(default_factory=dict)  # its latest snapshot
+    last: Snapshot | None = None  # its latest snapshot
 
     @property
     def over(self) -> bool:
@@ -154,21 +166,26 @@ class Driver:
                 raise WorkerStartFailed(
                     _flag(self.pool), f"{len(waiting)} workers", "workers that start"
                 )
-            for k, (kind, arg) in self.pool.poll(0.5):
+            for k, msg in self.pool.poll(0.5):
                 w = self.states[k]
-                if kind == "ready":
-                    w.host, w.pid, w.max_in_flight = arg["host"], arg["pid"], arg["max_in_flight"]
-                    waiting.discard(k)
-                elif kind in ("error", "died"):
-                    raise WorkerStartFailed(
-                        _flag(self.pool), f"worker {k}: {arg}", "workers that start"
-                    )
+                match msg:
+                    case Ready(host, pid, max_in_flight):
+                        w.host, w.pid, w.max_in_flight = host, pid, max_in_flight
+                        waiting.discard(k)
+                    case Failed(why) | Died(why):
+                        raise WorkerStartFailed(
+                            _flag(self.pool), f"worker {k}: {why}", "workers that start"
+                        )
+                    case Snapshot() | Final():  # none comes before the start: ignored
+                        pass
+                    case _:
+                        unknown(k, msg)
 
     def start(self) -> None:
         self.t0_unix_ns = time.time_ns() + int(self.pool.lead_s * 1e9)
         self.t0_mono_ns = time.monotonic_ns() + (self.t0_unix_ns - time.time_ns())
         for k in range(self.count):
-            self.pool.send(k, ("start", self.t0_unix_ns))
+            self.pool.send(k, Start(self.t0_unix_ns))
 
     # -- during the run ----------------------------------------------------------------
 
@@ -185,38 +202,42 @@ class Driver:
             self.stream.write("\n" if self.stream.isatty() else "")
             self.stream.flush()
 
-    def on_message(self, k: int, msg: Message) -> None:
-        kind, arg = msg
+    def on_message(self, k: int, msg: WorkerMessage) -> None:
         w = self.states[k]
-        if kind == "snap":
-            w.last = arg
-            self.view.add(arg)
-        elif kind == "final":
-            w.final = arg
-            if arg.get("snapshot"):
-                w.last = arg["snapshot"]
-                self.view.add(arg["snapshot"])
-            if arg.get("signalled") and not self.note:
-                # A signal sent to this worker alone: a worker lost, as if it had died
-                # there; its share from then on is owed, the others go on.
-                w.died, w.died_at_ns = f"stopped by {arg['note']}", int(arg["stopped_at_ns"])
-        elif kind in ("died", "error"):
-            w.died, w.died_at_ns = str(arg), self.now_ns()
+        match msg:
+            case Snapshot():
+                w.last = msg
+                self.view.add(msg)
+            case Final():
+                w.final = msg
+                if msg.snapshot is not None:
+                    w.last = msg.snapshot
+                    self.view.add(msg.snapshot)
+                if msg.signalled and not self.note:
+                    # A signal sent to this worker alone: a worker lost, as if it had died
+                    # there; its share from then on is owed, the others go on.
+                    w.died, w.died_at_ns = f"stopped by {msg.note}", msg.stopped_at_ns
+            case Died(why) | Failed(why):
+                w.died, w.died_at_ns = why, self.now_ns()
+            case Ready():  # every worker was ready before the start: not again
+                pass
+            case _:
+                unknown(k, msg)
 
     def on_tick(self) -> None:
         if self.signals:
             self._obey_signals()
-        misses = [w.last.get("misses") for w in self.states]
+        misses = [w.last.misses if w.last else None for w in self.states]
         lost = self.view.loss(misses) if self.now_ns() >= self.judge_from_ns else ""
         if lost and not self.slo_lost:
             self.slo_lost = lost
             if self.p.stop_on_slo_loss and not self.note:
                 self.stopped_early = lost
-                self._tell_all(("stop", "slo"))
+                self._tell_all(Stop("slo"))
         now = self.now_ns()
         if now > self.deadline_ns and not self.hard_sent:
             self.hard_sent = True
-            self._tell_all(("stop", "hard"))
+            self._tell_all(Stop("hard"))
         if now > self.deadline_ns + KILL_AFTER_S * 1e9:
             for w in self.states:
                 if not w.over:
@@ -228,21 +249,21 @@ class Driver:
     def _obey_signals(self) -> None:
         if not self.note:
             self.note = f"{self.signals[0]} after {max(self.now_ns(), 0) / 1e9:.1f}s"
-            self._tell_all(("stop", "interrupt"))
+            self._tell_all(Stop("interrupt"))
         if len(self.signals) > 1 and not self.hard_sent:
             self.hard_sent = True
-            self._tell_all(("stop", "hard"))
+            self._tell_all(Stop("hard"))
 
-    def _tell_all(self, msg: Message) -> None:
+    def _tell_all(self, msg: DriverMessage) -> None:
         for w in self.states:
             if not w.over:
                 self.pool.send(w.index, msg)
 
     def _progress(self, now_ns: int) -> None:
         snaps = [w.last for w in self.states if w.last]
-        sent = sum(s["sent"] for s in snaps)
-        in_flight = sum(s["in_flight"] for s in snaps)
-        errors = sum(n for s in snaps for kind, n in s["kinds"].items() if kind)
+        sent = sum(s.sent for s in snaps)
+        in_flight = sum(s.in_flight for s in snaps)
+        errors = sum(n for s in snaps for kind, n in s.kinds.items() if kind)
         p99 = self.view.p99_ms(int(now_ns // 1_000_000_000) - 1)
         alive = sum(1 for w in self.states if not w.died)
         total = (self.p.horizon_ns or 0) / 1e9
@@ -299,8 +320,8 @@ class Driver:
         section = self.workers_section(records)
         info.extra = {"workers": section, "warmup": warmup}
         if p.streaming:
-            info.extra.update(next((w.final["tokens"] for w in self.states if w.final), {}))
-        client_info(info, [w.final.get("client") if w.final else None for w in self.states])
+            info.extra.update(next((w.final.tokens for w in self.states if w.final), {}))
+        client_info(info, [w.final.client if w.final else None for w in self.states])
         summary = summarize(records, info)
         t0_unix_s, window = self.t0_unix_ns / 1e9, (start_ns, end_ns)
         summary = write_outputs(self.directory, records, summary, t0_unix_s, window, info)
@@ -321,7 +342,7 @@ class Driver:
             r = merge.worker_records(path, w.index, self.count)
             offsets = merge.share_offsets(p.schedule, w.index, self.count)
             if w.final is not None and not w.died:
-                owed, kind, at = w.final["rows"], "lost", w.final["stopped_at_ns"]
+                owed, kind, at = w.final.rows, "lost", w.final.stopped_at_ns
             else:
                 owed, kind, at = int(np.searchsorted(offsets, stop_ns)), lost_kind, w.died_at_ns
             where = (w.index, self.count)
@@ -335,7 +356,7 @@ class Driver:
     def _stop_ns(self) -> int:
         """Where the plan stopped for everyone: a dead worker owes rows due before it."""
         if self.sending_stopped() or self.stopped_early:
-            stops = [w.final["stopped_at_ns"] for w in self.states if w.final and not w.died]
+            stops = [w.final.stopped_at_ns for w in self.states if w.final and not w.died]
             return int(min(stops, default=self.now_ns()))
         return 2**62
 
@@ -343,7 +364,7 @@ class Driver:
         notes = [self.note] if self.note else []
         for w in self.states:
             if w.final and self._interrupted(w) and not self.note:
-                notes.append(f"worker {w.index}: {w.final['note']}")
+                notes.append(f"worker {w.index}: {w.final.note}")
             if w.died:
                 lost = int(((records.worker == w.index) & _kind(records, merge.WORKER_LOST)).sum())
                 notes.append(
@@ -358,9 +379,8 @@ class Driver:
             row.update(host=w.host, pid=w.pid, max_in_flight=w.max_in_flight)
             row.update(self.pool.describe(w.index))
             row["state"] = "lost" if w.died else "interrupted" if self._interrupted(w) else "done"
-            row["note"] = w.died or (w.final or {}).get("note", "")
-            slack = (w.final or {}).get("slack_ns")
-            row["start_slack_ms"] = None if slack is None else slack / 1e6
+            row["note"] = w.died or (w.final.note if w.final else "")
+            row["start_slack_ms"] = w.final.slack_ns / 1e6 if w.final else None
         hosts = sorted({w.host for w in self.states if w.host})
         return {
             "mode": self.pool.kind,
@@ -378,7 +398,7 @@ class Driver:
     @staticmethod
     def _interrupted(w: WorkerState) -> bool:
         """Stopped by the driver's word (a lost worker, even one signalled, is not)."""
-        return bool(w.final and w.final["interrupted"] and not w.died)
+        return bool(w.final and w.final.interrupted and not w.died)
 
     def write_run_json(self, section: dict[str, Any] | None = None) -> None:
         doc = run_json(self.p, self.started_unix)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tailwise.arrivals import Schedule
+from tailwise.loadgen.scale_messages import Snapshot
 from tailwise.loadgen.watch import LossWatch
 from tailwise.metrics.histogram import merged
 from tailwise.metrics.percentiles import QUANTILES
@@ -169,8 +170,8 @@ class LiveView:
         self.watch = watch
         self.hists: dict[tuple[bool, int], Any] = {}  # (in window?, 1 s interval) -> histogram
 
-    def add(self, snapshot: dict[str, Any]) -> None:
-        for inside, interval, encoded in snapshot["hists"]:
+    def add(self, snapshot: Snapshot) -> None:
+        for inside, interval, encoded in snapshot.hists:
             h = self._decode(encoded)
             key = (bool(inside), int(interval))
             if key in self.hists:

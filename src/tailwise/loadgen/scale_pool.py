@@ -2,8 +2,9 @@
 
 :class:`LocalPool` runs them as processes on this machine (``--workers N``);
 :class:`tailwise.loadgen.ray_workers.RayPool` as Ray actors across a cluster.
-Either way the driver sees the same messages (:mod:`tailwise.loadgen.scale_worker`),
-plus ``("died", why)`` when a worker is gone without its final message.
+Either way the driver sees the same messages (:mod:`tailwise.loadgen.scale_messages`),
+checked as they arrive, plus :class:`~tailwise.loadgen.scale_messages.Died` when a
+worker is gone without its final message.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import signal
 from pathlib import Path
 from typing import Any, Protocol
 
-from tailwise.loadgen.scale_worker import Message, WorkerSpec, launch
+from tailwise.loadgen.scale_messages import LAST, Died, DriverMessage, WorkerMessage, worker_message
+from tailwise.loadgen.scale_worker import WorkerSpec, launch
 
 
 class Pool(Protocol):
@@ -24,8 +26,8 @@ class Pool(Protocol):
     poll_s: float
 
     def launch(self, specs: list[WorkerSpec]) -> None: ...
-    def poll(self, timeout_s: float) -> list[tuple[int, Message]]: ...
-    def send(self, index: int, msg: Message) -> None: ...
+    def poll(self, timeout_s: float) -> list[tuple[int, WorkerMessage]]: ...
+    def send(self, index: int, msg: DriverMessage) -> None: ...
     def kill(self, index: int) -> None: ...
     def records_path(self, index: int) -> Path: ...
     def describe(self, index: int) -> dict[str, Any]: ...
@@ -57,27 +59,27 @@ class LocalPool:
             self.procs.append(proc)
             self.conns.append(conn)
 
-    def poll(self, timeout_s: float) -> list[tuple[int, Message]]:
+    def poll(self, timeout_s: float) -> list[tuple[int, WorkerMessage]]:
         from multiprocessing.connection import wait
 
         live = {id(c): k for k, c in enumerate(self.conns) if k not in self.over}
-        out: list[tuple[int, Message]] = []
+        out: list[tuple[int, WorkerMessage]] = []
         for ready in wait([self.conns[k] for k in live.values()], timeout_s):
             k = live[id(ready)]
             conn = self.conns[k]
             try:
                 while conn.poll():
-                    msg = conn.recv()
+                    msg = worker_message(k, conn.recv())
                     out.append((k, msg))
-                    if msg[0] in ("final", "error"):
+                    if isinstance(msg, LAST):
                         self.over.add(k)
             except (EOFError, OSError):
                 if k not in self.over:
                     self.over.add(k)
-                    out.append((k, ("died", _exit_reason(self.procs[k]))))
+                    out.append((k, Died(_exit_reason(self.procs[k]))))
         return out
 
-    def send(self, index: int, msg: Message) -> None:
+    def send(self, index: int, msg: DriverMessage) -> None:
         with contextlib.suppress(OSError):
             self.conns[index].send(msg)
 

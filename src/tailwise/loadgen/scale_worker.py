@@ -8,13 +8,14 @@ single-process engine unchanged (same pacer, its own connection pool, its own
 records writer process) with two hooks (:class:`PipeHooks`): a start barrier,
 and a follower that reports to the driver every :data:`SNAPSHOT_S`.
 
-Messages, pickled tuples:
+Messages, pickled frozen dataclasses (:mod:`tailwise.loadgen.scale_messages`):
 
-* worker -> driver: ``("ready", info)`` once its connections are open;
-  ``("snap", snapshot)`` every :data:`SNAPSHOT_S`; ``("final", final)`` once at
-  the end; ``("error", text)`` instead of ``ready`` if it could not start.
-* driver -> worker: ``("start", t0_unix_ns)``; ``("stop", "interrupt" | "slo" |
-  "hard")``. End of file from the driver is an interruption: the driver is gone.
+* worker -> driver: :class:`Ready` once its connections are open; a
+  :class:`Snapshot` every :data:`SNAPSHOT_S`; :class:`Final` once at the end;
+  :class:`Failed` instead of :class:`Ready` if it could not start.
+* driver -> worker: :class:`Start` (the common start instant); :class:`Stop`
+  (``"interrupt"``, ``"slo"`` or ``"hard"``). End of file from the driver is an
+  interruption: the driver is gone (``Stop("gone")``).
 
 A snapshot is coarse and mergeable: cumulative counts by error kind, and
 HdrHistograms (encoded) of the latencies completed since the last snapshot,
@@ -48,6 +49,17 @@ from tailwise.loadgen.conclude import client_part, token_source
 from tailwise.loadgen.execute import Outcome, http_transport, run_engine
 from tailwise.loadgen.prepare import DEFAULT_MAX_IN_FLIGHT, Prepared, fd_budget, loss_watch
 from tailwise.loadgen.results import RecordSink
+from tailwise.loadgen.scale_messages import (
+    DriverMessage,
+    EncodedHistogram,
+    Failed,
+    Final,
+    Ready,
+    Snapshot,
+    Start,
+    Stop,
+    WorkerMessage,
+)
 from tailwise.loadgen.watch import LossWatch
 from tailwise.metrics.histogram import HIGHEST_NS, counts_indices, new_histogram
 from tailwise.records import BLOCK_SHIFT, ERROR_KINDS
@@ -55,8 +67,6 @@ from tailwise.records import BLOCK_SHIFT, ERROR_KINDS
 SNAPSHOT_S = 0.5
 INTERVAL_NS = 1_000_000_000  # histogram intervals, as in latency.hlog
 SLICE_ROWS = 1_024  # rows folded per event-loop turn (~0.1 ms: the pacer waits for it)
-
-Message = tuple[str, Any]
 
 
 @dataclass(frozen=True)
@@ -184,25 +194,25 @@ class Snapshots:
             self.fold(np.asarray(completed[self.pos :], dtype=np.int64))
             self.pos = len(completed)
 
-    def take(self) -> dict[str, Any]:
+    def take(self) -> Snapshot:
         """A snapshot: cumulative counts, and the histograms filled since the last one."""
         e = self.engine
         at_ns = now_ns() - self.t0_ns
-        hists = []
+        hists: list[EncodedHistogram] = []
         for key, bins in self.bins.items():
             interval, inside = divmod(key, 2)
             hists.append((bool(inside), interval, self._encode(*bins)))
         self.bins = {}
         misses = self.watch.misses(e.blocks, at_ns) if self.watch and self.watch.limits else None
-        return {
-            "at_ns": at_ns,
-            "sent": e.sent,
-            "in_flight": e.in_flight,
-            "completed": self.pos,
-            "kinds": dict(self.kinds),
-            "hists": hists,
-            "misses": misses,
-        }
+        return Snapshot(
+            at_ns=at_ns,
+            sent=e.sent,
+            in_flight=e.in_flight,
+            completed=self.pos,
+            kinds=dict(self.kinds),
+            hists=hists,
+            misses=misses,
+        )
 
 
 def _distinct(values: np.ndarray) -> list[int]:
@@ -218,7 +228,7 @@ class PipeHooks:
         self.conn = conn
         self.spec = spec
         self.p = p
-        self.inbox: deque[Message] = deque()
+        self.inbox: deque[DriverMessage] = deque()
         self.arrived: asyncio.Event | None = None
         self.slack_ns = 0  # how long before the common start the start message came
         self.snapshots: Snapshots | None = None
@@ -229,20 +239,22 @@ class PipeHooks:
         # interruption without it came from a signal sent to this worker alone.
         self.told = False
 
-    def send(self, msg: Message) -> None:
+    def send(self, msg: WorkerMessage) -> None:
         try:
             self.conn.send(msg)
         except OSError:  # the driver is gone: stop as if interrupted
-            self.inbox.append(("stop", "gone"))
+            self.inbox.append(Stop("gone"))
             self.orphaned = True
 
     def _on_readable(self) -> None:
         try:
             while self.conn.poll():
-                self.inbox.append(self.conn.recv())
+                msg = self.conn.recv()
+                if isinstance(msg, Start | Stop):  # nothing else comes from a driver
+                    self.inbox.append(msg)
         except (EOFError, OSError):
             asyncio.get_running_loop().remove_reader(self.conn.fileno())
-            self.inbox.append(("stop", "gone"))
+            self.inbox.append(Stop("gone"))
             self.orphaned = True
         if self.arrived is not None:
             self.arrived.set()
@@ -252,44 +264,40 @@ class PipeHooks:
         """Apply stop messages (once the run is on; before that they wait in the inbox)."""
         engine, interrupt = self._engine, self._interrupt
         while engine is not None and interrupt is not None and self.inbox:
-            kind, arg = self.inbox.popleft()
-            if kind != "stop":
-                continue
-            if arg != "slo":
-                self.told = True
-            if arg == "slo":  # lost SLO: stop sending, let what was sent finish
-                if not engine.finished_sending.is_set():
-                    engine.stop()
-            elif arg == "hard":  # the second signal at the driver: cancel in-flight now
-                interrupt("SIGINT at the driver")
-                interrupt("SIGINT at the driver")
-            else:
-                interrupt("SIGINT at the driver" if arg == "interrupt" else "driver lost")
+            match self.inbox.popleft():
+                case Start():  # a start once the run is on: nothing to do
+                    pass
+                case Stop("slo"):  # lost SLO: stop sending, let what was sent finish
+                    if not engine.finished_sending.is_set():
+                        engine.stop()
+                case Stop("hard"):  # the second signal at the driver: cancel in-flight now
+                    self.told = True
+                    interrupt("SIGINT at the driver")
+                    interrupt("SIGINT at the driver")
+                case Stop(reason):
+                    self.told = True
+                    interrupt("SIGINT at the driver" if reason == "interrupt" else "driver lost")
 
     async def barrier(self) -> tuple[int, float]:
         loop = asyncio.get_running_loop()
         self.arrived = asyncio.Event()
         loop.add_reader(self.conn.fileno(), self._on_readable)
-        self.send(("ready", self.ready_info()))
+        self.send(self.ready())
         while not self.inbox:
             await self.arrived.wait()
             self.arrived.clear()
-        kind, arg = self.inbox[0]
+        first = self.inbox[0]
         # A stop before the start: start now, and the follower obeys it at once.
-        t0_unix_ns = int(arg) if kind == "start" else time.time_ns()
-        if kind == "start":
+        t0_unix_ns = first.t0_unix_ns if isinstance(first, Start) else time.time_ns()
+        if isinstance(first, Start):
             self.inbox.popleft()
         mono, wall = now_ns(), time.time_ns()
         # The common instant, from the driver's wall clock to this host's monotonic one.
         self.slack_ns = t0_unix_ns - wall
         return mono + self.slack_ns, t0_unix_ns / 1e9
 
-    def ready_info(self) -> dict[str, Any]:
-        return {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "max_in_flight": self.p.max_in_flight,
-        }
+    def ready(self) -> Ready:
+        return Ready(host=socket.gethostname(), pid=os.getpid(), max_in_flight=self.p.max_in_flight)
 
     async def follow(
         self, engine: Engine, t0_ns: int, stop: asyncio.Event, interrupt: Callable[[str], None]
@@ -304,31 +312,31 @@ class PipeHooks:
             if stop.is_set():
                 break
             await snaps.catch_up()
-            self.send(("snap", snaps.take()))
+            self.send(snaps.take())
             self._obey()
         with contextlib.suppress(ValueError, OSError):
             asyncio.get_running_loop().remove_reader(self.conn.fileno())
 
-    def final(self, out: Outcome, rows_on_disk: int | None) -> dict[str, Any]:
+    def final(self, out: Outcome, rows_on_disk: int | None) -> Final:
         """The last message: how the run ended here, with the last snapshot."""
-        last: dict[str, Any] | None = None
+        last: Snapshot | None = None
         if self.snapshots is not None:
             self.snapshots.catch_up_now()
             last = self.snapshots.take()
-        return {
-            "interrupted": out.interrupted,
+        return Final(
+            interrupted=out.interrupted,
             # A signal at this worker alone (kill -TERM PID): the driver books it as a
             # lost worker, as if it had died, and the others go on.
-            "signalled": out.interrupted and not self.told and not self.orphaned,
-            "note": out.note,
-            "stopped_at_ns": out.stopped_at_ns,
-            "rows": sum(b.rows for b in out.engine.blocks),
-            "rows_on_disk": rows_on_disk,
-            "tokens": token_source(out) if self.p.streaming else {},
-            "slack_ns": self.slack_ns,
-            "snapshot": last,
-            "client": client_part(out),
-        }
+            signalled=out.interrupted and not self.told and not self.orphaned,
+            note=out.note,
+            stopped_at_ns=out.stopped_at_ns,
+            rows=sum(b.rows for b in out.engine.blocks),
+            rows_on_disk=rows_on_disk,
+            tokens=token_source(out) if self.p.streaming else {},
+            slack_ns=self.slack_ns,
+            snapshot=last,
+            client=client_part(out),
+        )
 
 
 def serve(conn: Connection, spec: WorkerSpec) -> None:
@@ -341,14 +349,14 @@ def serve(conn: Connection, spec: WorkerSpec) -> None:
         end = p.horizon_ns if p.horizon_ns is not None else 2**62
         sink = RecordSink(path, (p.warmup_ns, end), worker=spec.index)
     except Exception as exc:  # anything: the driver names it and stops the run
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        conn.send(Failed(f"{type(exc).__name__}: {exc}"))
         return
     hooks = PipeHooks(conn, spec, p)
     try:
         out = run_engine(p, transport, sink, hooks)
     finally:
         rows_on_disk = sink.wait()
-    hooks.send(("final", hooks.final(out, rows_on_disk)))
+    hooks.send(hooks.final(out, rows_on_disk))
     if hooks.orphaned and spec.scratch:  # nobody will ship these records any more
         shutil.rmtree(path.parent, ignore_errors=True)
 

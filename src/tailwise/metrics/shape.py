@@ -6,24 +6,65 @@ index into it freely, so it is checked once at the door: every section they
 read is the right kind of JSON value, numbers are finite, counts are whole and
 non-negative. A summary that fails gets one line naming the key and the
 expected form (:class:`~tailwise.errors.BadInput`), never a traceback.
+
+:func:`read_summary` is the one door: every reader of a saved run (``report``,
+``compare``, the sweep and knee pages, ``plan cost``) reads ``summary.json``
+through it, at most :data:`SUMMARY_MAX_BYTES`, and gets a
+:class:`~tailwise.metrics.schema.Summary`, never the file's dict.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput
+from tailwise.files import read_bounded_text
 from tailwise.metrics.catalog import CATALOG
-from tailwise.metrics.schema import SCHEMA
+from tailwise.metrics.schema import SCHEMA, JsonObject, Summary
 
 COUNTS = ("scheduled", "sent", "ok", "failed", "timed_out", "cancelled", "not_sent")
 DISTRIBUTIONS = tuple(m.summary_key for m in CATALOG)
 NUMBER_SECTIONS = ("window", "rates", "littles_law", "tokens")
 VERDICTS = frozenset({"pass", "fail", "inconclusive", "invalid"})
+SUMMARY_MAX_BYTES = 16 * 1024 * 1024
 
 
-def check_summary(doc: Any, where: str) -> dict[str, Any]:
+def read_summary(
+    file: Path, field: str, *, checked: bool = True, where: str | None = None
+) -> Summary:
+    """A run's summary.json as a :class:`Summary`: read up to :data:`SUMMARY_MAX_BYTES`,
+    parsed (JSON nested past the interpreter's depth refused) and, when ``checked``, its
+    shape checked (:func:`check_summary`, naming ``where``: ``"FIELD (summary.json)"``
+    unless given); else one-line BadInput naming ``field``. ``checked=False``: a reader
+    of one added section only (``plan cost``'s ``gpu``)."""
+    text = read_bounded_text(file, field, SUMMARY_MAX_BYTES)
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise BadInput(field, str(file), f"a readable summary.json ({exc})") from None
+    if checked:
+        check_summary(doc, where or f"{field} (summary.json)")
+    try:
+        return Summary.from_json(doc)
+    except RecursionError:  # a section nested nearly as deep as json reads: copied deeper
+        raise BadInput(field, str(file), "a readable summary.json (nested too deep)") from None
+
+
+def read_summary_or_none(file: Path) -> Summary | None:
+    """A step's or a trial's summary.json when it is there and whole, else None (its page
+    says its files were not found)."""
+    if not file.is_file():
+        return None
+    try:
+        return read_summary(file, str(file))
+    except BadInput:
+        return None
+
+
+def check_summary(doc: Any, where: str) -> JsonObject:
     """``doc`` as a summary, or BadInput naming ``where`` and the first key out of shape."""
     if not isinstance(doc, dict):
         raise BadInput(where, type(doc).__name__, "summary.json holding a JSON object")

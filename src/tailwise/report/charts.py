@@ -6,7 +6,7 @@ title and alt text (what a reader without the image, or a test, learns from it)
 and the SLO thresholds it draws, so the page can list them as labelled elements.
 
 Inputs are the sweep's rows (``sweep.json``) and, where a step directory is
-still there, each step's ``summary.json`` (percentiles with their intervals)
+still there, each step's :class:`Summary` (percentiles with their intervals)
 and records (spectra, time series). A step that is ``invalid`` or
 ``inconclusive`` is drawn hollow and grey: its numbers are shown, not trusted.
 """
@@ -23,6 +23,7 @@ import numpy as np
 from tailwise.errors import BadInput
 from tailwise.metrics import derive
 from tailwise.metrics.catalog import CATALOG
+from tailwise.metrics.schema import Distribution, Summary
 from tailwise.metrics.slo import SLO, parse_slo
 from tailwise.records import Records
 from tailwise.report.plot import SIZE_IN, SPECTRUM_Q, plain_ms, pyplot, save
@@ -46,7 +47,7 @@ class StepData:
 
     index: int
     row: dict[str, Any]
-    summary: dict[str, Any] | None
+    summary: Summary | None
     records: Records | None
 
     @property
@@ -212,16 +213,14 @@ def throughput_goodput(
     return Chart(save(fig, path), title, alt)
 
 
-def _dist(step: StepData, key: str) -> dict[str, Any]:
+def _dist(step: StepData, key: str) -> Distribution:
     """A step's distribution: the step summary's (with intervals) or the row's."""
-    if step.summary and step.summary.get(key):
-        d: dict[str, Any] = step.summary[key]
-        return d
-    return step.row.get(key) or {}
+    d = step.summary.distribution(key) if step.summary is not None else None
+    return d if d is not None else Distribution.from_json(step.row.get(key))
 
 
-def _ci_err(d: dict[str, Any], q: str, value: float) -> tuple[float, float]:
-    pair = (d.get("ci") or {}).get(q)
+def _ci_err(d: Distribution, q: str, value: float) -> tuple[float, float]:
+    pair = (d.ci or {}).get(q)
     if not pair or pair[0] is None or pair[1] is None or math.isnan(value):
         return 0.0, 0.0
     return max(value - pair[0], 0.0), max(pair[1] - value, 0.0)
@@ -388,7 +387,7 @@ def frontier(steps: list[StepData], path: Path) -> Chart:
     fig, ax = plt.subplots(figsize=SIZE_IN)
     pts = []
     for s in steps:
-        tpot = (_dist(s, "tpot_ms") or {}).get("p50")
+        tpot = _dist(s, "tpot_ms").get("p50")
         tps = s.row.get("output_tps")
         if tpot and tps:
             pts.append((1000.0 / tpot, tps, s))

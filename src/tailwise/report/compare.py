@@ -1,6 +1,7 @@
 """Compare two runs (summary.json) or two sweeps (sweep.json): B against the baseline A.
 
-The comparison is a pure function of the two JSON documents. A metric
+The comparison is a pure function of the two runs' :class:`Summary` (read through
+:func:`~tailwise.metrics.shape.read_summary`) or of the two sweep.json documents. A metric
 *regresses* when B is worse than A by more than the threshold, relative to A:
 
 * lower-is-better metrics (latency percentiles, in ms) regress when
@@ -29,16 +30,16 @@ from rich.text import Text
 
 from tailwise.errors import BadInput, ExitCode
 from tailwise.metrics.catalog import CATALOG
-from tailwise.metrics.schema import SCHEMA as SUMMARY_SCHEMA
+from tailwise.metrics.schema import Summary
+from tailwise.metrics.shape import read_summary
 from tailwise.report.workload import differences, run_workload, sweep_workload
 from tailwise.units import parse_fraction
 
 SWEEP_SCHEMA = "tailwise.sweep/1"
-_FILES = {"sweep": ("sweep.json", SWEEP_SCHEMA), "run": ("summary.json", SUMMARY_SCHEMA)}
 _DIR_FORM = "a run directory (with summary.json) or a sweep directory (with sweep.json)"
 _EPS = 1e-9  # relative slack so a change of exactly the threshold never counts
 
-# (key into summary.json, label, unit, better, gated); then each catalog metric's rows
+# (section.key of the summary, label, unit, better, gated); then each catalog metric's rows
 # (its ``compare``), an LLM metric's only when both runs have its distribution.
 _RUN_METRICS = (
     ("rates.throughput_rps", "throughput", "rps", "higher", False),
@@ -165,6 +166,16 @@ class Comparison:
         }
 
 
+def _run_value(s: Summary, key: str) -> float | None:
+    """``"rates.goodput_rps"`` -> ``s.rates.goodput_rps``; ``"latency_ms.p99"`` -> the
+    latency distribution's p99; None if the run has none."""
+    section, _, stat = key.partition(".")
+    if section == "rates":
+        return s.rates.get(stat)
+    d = s.distribution(section)
+    return d.get(stat) if d is not None else None
+
+
 def _get(doc: dict[str, Any] | None, key: str) -> Any:
     """``_get(d, "latency_ms.p99")`` -> ``d["latency_ms"]["p99"]``, or None if absent."""
     value: Any = doc
@@ -179,27 +190,28 @@ def _get(doc: dict[str, Any] | None, key: str) -> Any:
 
 
 def compare_runs(
-    a: dict[str, Any], b: dict[str, Any], threshold: float, names: tuple[str, str] = ("A", "B")
+    a: Summary, b: Summary, threshold: float, names: tuple[str, str] = ("A", "B")
 ) -> Comparison:
-    """Compare two summary.json dicts; ``threshold`` is a fraction (0.1 = 10%)."""
+    """Compare two runs' summaries; ``threshold`` is a fraction (0.1 = 10%)."""
     specs = list(_RUN_METRICS)
     for m in CATALOG:
-        if not m.llm_only or (a.get(m.summary_key) and b.get(m.summary_key)):
+        key = m.summary_key
+        if not m.llm_only or (a.distribution(key) is not None and b.distribution(key) is not None):
             specs += m.compare_rows()
-    metrics = [_metric(s, _get(a, s[0]), _get(b, s[0]), threshold) for s in specs]
+    metrics = [_metric(s, _run_value(a, s[0]), _run_value(b, s[0]), threshold) for s in specs]
     invalid = [
-        f"run {name} is invalid ({doc.get('verdict_reason', '')}): "
+        f"run {name} is invalid ({run.verdict_reason or ''}): "
         "an invalid run cannot gate a comparison (exit 3)"
-        for name, doc in zip(("A", "B"), (a, b), strict=True)
-        if doc.get("verdict") == "invalid"
+        for name, run in zip(("A", "B"), (a, b), strict=True)
+        if run.verdict == "invalid"
     ]
     notes = []
-    if a.get("mode") != b.get("mode"):
+    if a.mode != b.mode:
         notes.append(
-            f"A is {a.get('mode')}-loop and B is {b.get('mode')}-loop: "
+            f"A is {a.mode}-loop and B is {b.mode}-loop: "
             "closed-loop latencies hide coordinated omission"
         )
-    verdicts = {"a": str(a.get("verdict")), "b": str(b.get("verdict"))}
+    verdicts = {"a": str(a.verdict), "b": str(b.verdict)}
     return Comparison("run", names[0], names[1], threshold, metrics, verdicts, invalid, notes)
 
 
@@ -266,16 +278,20 @@ def parse_threshold(text: str) -> float:
     return parse_fraction(text, "--threshold")
 
 
-def load(path: str | Path, name: str) -> tuple[str, dict[str, Any]]:
-    """``("run" | "sweep", document)`` for a run or sweep directory; BadInput names ``name``."""
+def load(path: str | Path, name: str) -> Summary | dict[str, Any]:
+    """A run directory's summary, or a sweep directory's sweep.json; BadInput names ``name``."""
     directory = Path(path)
     if not directory.is_dir():
         raise BadInput(name, str(path), _DIR_FORM)
-    for kind, (filename, schema) in _FILES.items():
-        file = directory / filename
-        if file.is_file():
-            return kind, _read_json(file, name, schema)
+    if (directory / "sweep.json").is_file():
+        return _read_json(directory / "sweep.json", name, SWEEP_SCHEMA)
+    if (directory / "summary.json").is_file():
+        return read_summary(directory / "summary.json", name)
     raise BadInput(name, str(path), _DIR_FORM + "; it has neither")
+
+
+def _kind(doc: Summary | dict[str, Any]) -> str:
+    return "run" if isinstance(doc, Summary) else "sweep"
 
 
 def _why(exc: BaseException) -> str:
@@ -309,12 +325,14 @@ def _read_json(file: Path, name: str, schema: str) -> dict[str, Any]:
 
 
 def workload_differences(
-    kind: str, a: Path, doc_a: dict[str, Any], b: Path, doc_b: dict[str, Any]
+    a: Path, doc_a: Summary | dict[str, Any], b: Path, doc_b: Summary | dict[str, Any]
 ) -> list[str]:
     """What differs between A's and B's workloads (see :mod:`tailwise.report.workload`)."""
-    if kind == "sweep":
+    if isinstance(doc_a, Summary) and isinstance(doc_b, Summary):
+        return differences(run_workload(doc_a, a), run_workload(doc_b, b))
+    if isinstance(doc_a, dict) and isinstance(doc_b, dict):
         return differences(sweep_workload(doc_a, a), sweep_workload(doc_b, b))
-    return differences(run_workload(doc_a, a), run_workload(doc_b, b))
+    return []  # not of one kind: refused before
 
 
 def compare_dirs(
@@ -325,22 +343,23 @@ def compare_dirs(
     Runs under different workloads are refused (BadInput naming the fields) unless
     ``allow_different``; then the comparison carries a warning naming them.
     """
-    kind_a, doc_a = load(a, "A")
-    kind_b, doc_b = load(b, "B")
+    doc_a, doc_b = load(a, "A"), load(b, "B")
+    kind_a, kind_b = _kind(doc_a), _kind(doc_b)
     if kind_a != kind_b:
         raise BadInput("B", f"a {kind_b} directory", f"the same kind as A (a {kind_a} directory)")
     names = (str(a), str(b))
-    differ = workload_differences(kind_a, Path(a), doc_a, Path(b), doc_b)
+    differ = workload_differences(Path(a), doc_a, Path(b), doc_b)
     if differ and not allow_different:
         raise BadInput(
             "B",
             "another workload",
             f"the workload of A, but {'; '.join(differ)} (or --allow-different to compare anyway)",
         )
-    if kind_a == "sweep":
-        c = compare_sweeps(doc_a, doc_b, threshold, names)
-    else:
+    if isinstance(doc_a, Summary) and isinstance(doc_b, Summary):
         c = compare_runs(doc_a, doc_b, threshold, names)
+    else:
+        assert isinstance(doc_a, dict) and isinstance(doc_b, dict)
+        c = compare_sweeps(doc_a, doc_b, threshold, names)
     if differ:
         c.warnings.append(
             "A and B ran DIFFERENT workloads (" + "; ".join(differ) + "): the deltas below "

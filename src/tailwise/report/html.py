@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tailwise.metrics.schema import Section, SloEntry, Summary
 from tailwise.report.charts import Chart
-from tailwise.report.text import DIST_ROWS, error_message
+from tailwise.report.text import DIST_ROWS, error_message, target_text
 
 _QS = ("p50", "p90", "p95", "p99", "p999", "max", "mean", "count")
 _Q_LABEL = {"p999": "p99.9"}
@@ -109,41 +110,40 @@ def verdict_line(verdict: str, reason: str) -> str:
     return f"<p>verdict <span class='{cls}'>{esc(verdict.upper())}</span> {esc(reason)}</p>"
 
 
-def dist_table(s: dict[str, Any]) -> str:
+def dist_table(s: Summary) -> str:
     head = "".join(f"<th>{esc(_Q_LABEL.get(q, q))}</th>" for q in _QS)
     rows = []
     for label, key in DIST_ROWS:
-        d = s.get(key)
-        if not d:
+        d = s.distribution(key)
+        if d is None:
             continue
         cells = "".join(
-            f"<td>{esc(d.get(q, '-'))}</td>" if q == "count" else f"<td>{ms(d.get(q))}</td>"
-            for q in _QS
+            f"<td>{esc(d.count)}</td>" if q == "count" else f"<td>{ms(d.get(q))}</td>" for q in _QS
         )
         rows.append(f"<tr><td>{esc(label)}</td>{cells}</tr>")
     return f"<table class='dist'><tr><th></th>{head}</tr>{''.join(rows)}</table>"
 
 
-def slo_table(s: dict[str, Any]) -> str:
+def _slo_shown(slo: SloEntry) -> str:
+    value = slo.attainment if slo.kind == "deadline" else slo.value
+    if value is None:
+        return esc(value)
+    if slo.kind == "deadline":
+        return f"{value:.2%}"
+    if slo.kind == "objective":
+        return ms(value)
+    if slo.spec.lstrip().startswith(("error", "attain", "rate")):
+        return f"{value:.2%}"
+    return f"{value:.1f}/s"
+
+
+def slo_table(s: Summary) -> str:
     rows = []
-    for slo in s.get("slos", []):
-        value = slo.get("attainment", slo.get("value"))
-        if slo.get("kind") == "deadline" and isinstance(value, int | float):
-            shown = f"{value:.2%}"
-        elif slo.get("kind") == "objective" and isinstance(value, int | float):
-            shown = ms(value)
-        elif isinstance(value, int | float) and str(slo.get("spec", "")).lstrip().startswith(
-            ("error", "attain", "rate")
-        ):
-            shown = f"{value:.2%}"
-        elif isinstance(value, int | float):
-            shown = f"{value:.1f}/s"
-        else:
-            shown = esc(value)
-        mark = "pass" if slo.get("passed") else "fail"
+    for slo in s.slos:
+        mark = "pass" if slo.passed else "fail"
         rows.append(
-            f"<tr><td><code>{esc(slo.get('spec'))}</code></td><td>{esc(slo.get('kind'))}</td>"
-            f"<td>{shown}</td><td class='{mark}'>{mark}</td></tr>"
+            f"<tr><td><code>{esc(slo.spec)}</code></td><td>{esc(slo.kind)}</td>"
+            f"<td>{_slo_shown(slo)}</td><td class='{mark}'>{mark}</td></tr>"
         )
     return (
         "<table class='slos'><tr><th>SLO</th><th>kind</th><th>value</th><th></th></tr>"
@@ -152,11 +152,11 @@ def slo_table(s: dict[str, Any]) -> str:
     )
 
 
-def errors_table(s: dict[str, Any]) -> str:
+def errors_table(s: Summary) -> str:
     """Failures by (HTTP status, error kind) with the first answer's body, escaped."""
-    entries = [e for e in s.get("errors") or [] if isinstance(e, dict)]
+    entries = s.errors
     if not entries:
-        errors = (s.get("requests") or {}).get("errors") or {}
+        errors = dict(s.requests.errors)
         return f"<p>errors: {esc(errors or 'none')}</p>"
     rows = []
     for e in entries:
@@ -177,29 +177,30 @@ def errors_table(s: dict[str, Any]) -> str:
     )
 
 
-def run_sections(s: dict[str, Any]) -> list[str]:
+def run_sections(s: Summary) -> list[str]:
     """The body of one run: verdict, accounting, errors, rates, distributions, SLOs."""
-    req, rates = s["requests"], s["rates"]
+    req, rates = s.requests, s.rates
+    gpu = s.sections.get("gpu")  # the section --gpu-metrics adds, when it did
     return [
-        verdict_line(s["verdict"], s["verdict_reason"]),
+        verdict_line(str(s.verdict), str(s.verdict_reason)),
         "<h3>Accounting</h3>",
-        f"<p>{req['scheduled']} scheduled = {req['ok']} ok + {req['failed']} failed + "
-        f"{req['timed_out']} timed out + {req['cancelled']} cancelled + {req['not_sent']} "
+        f"<p>{req.scheduled} scheduled = {req.ok} ok + {req.failed} failed + "
+        f"{req.timed_out} timed out + {req.cancelled} cancelled + {req.not_sent} "
         "not sent</p>",
         "<h3>Errors by status</h3>",
         errors_table(s),
         "<h3>Rates</h3>",
-        f"<p>offered {rates['offered_rps']:.1f}/s, throughput {rates['throughput_rps']:.1f}/s, "
-        f"goodput {rates['goodput_rps']:.1f}/s, attainment {rates['attainment']:.2%}</p>",
+        f"<p>offered {rates.offered_rps:.1f}/s, throughput {rates.throughput_rps:.1f}/s, "
+        f"goodput {rates.goodput_rps:.1f}/s, attainment {rates.attainment:.2%}</p>",
         "<h3>Distributions</h3>",
         dist_table(s),
         "<h3>SLOs</h3>",
         slo_table(s),
-        *(["<h3>GPU</h3>", gpu_table(s["gpu"])] if isinstance(s.get("gpu"), dict) else []),
+        *(["<h3>GPU</h3>", gpu_table(gpu)] if isinstance(gpu, Mapping) else []),
     ]
 
 
-def gpu_table(g: dict[str, Any]) -> str:
+def gpu_table(g: Section) -> str:
     """Each GPU's use, power, memory and energy (``--gpu-metrics``), and energy per unit."""
     rows = []
     for gpu in g.get("gpus") or []:
@@ -235,7 +236,7 @@ def gpu_table(g: dict[str, Any]) -> str:
 
 
 def _arrival_text(arrival: Any) -> str:
-    if not isinstance(arrival, dict):
+    if not isinstance(arrival, Mapping):
         return str(arrival)
     rate = arrival.get("rate_rps")
     parts = [str(arrival.get("process", "?"))]
@@ -245,15 +246,15 @@ def _arrival_text(arrival: Any) -> str:
     return ", ".join(parts)
 
 
-def run_page(s: dict[str, Any], charts: list[Chart], meta: dict[str, Any] | None = None) -> str:
-    target = s["target"] if isinstance(s["target"], str) else ", ".join(s["target"])
-    info = {"target": target, "slos": [x.get("spec") for x in s.get("slos", [])], **(meta or {})}
-    info.setdefault("tool_version", s.get("tool_version"))
+def run_page(s: Summary, charts: list[Chart], meta: dict[str, Any] | None = None) -> str:
+    target = target_text(s)
+    info = {"target": target, "slos": [x.spec for x in s.slos], **(meta or {})}
+    info.setdefault("tool_version", s.tool_version)
     body = [
         f"<h1>tailwise run: {esc(target)}</h1>",
         meta_table(info),
-        f"<p class='note'>{esc(s['mode'])}-loop, arrival {esc(_arrival_text(s.get('arrival')))}"
-        f", window {s['window']['start_s']:.1f}-{s['window']['end_s']:.1f} s</p>",
+        f"<p class='note'>{esc(s.mode)}-loop, arrival {esc(_arrival_text(s.arrival))}"
+        f", window {s.window.start_s:.1f}-{s.window.end_s:.1f} s</p>",
         *run_sections(s),
         "<h2>Charts</h2>",
         *(figure(c, f"chart-{c.path.stem}") for c in charts),

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from tailwise.errors import BadInput
+from tailwise.metrics.schema import SloEntry, Summary
+from tailwise.metrics.shape import read_summary_or_none
 from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.report.charts import Chart
 from tailwise.report.html import esc, figure, meta_table, page, run_sections
@@ -35,7 +37,7 @@ class TrialData:
     number: int
     row: dict[str, Any]
     directory: Path | None
-    summary: dict[str, Any] | None
+    summary: Summary | None
     started_s: float | None  # wall-clock start (Unix seconds), from run.json
 
     @property
@@ -64,7 +66,7 @@ def load_trials(doc: dict[str, Any], directory: Path) -> list[TrialData]:
     out = []
     for i, row in enumerate(r for r in doc.get("trials", []) if isinstance(r, dict)):
         where = step_directory(str(row.get("directory", "")), directory)
-        summary = _read(where / "summary.json") if where is not None else None
+        summary = read_summary_or_none(where / "summary.json") if where is not None else None
         out.append(TrialData(i + 1, row, where, summary, _started(where)))
     return out
 
@@ -141,25 +143,24 @@ def _interval(ci: Any, fmt: str) -> str:
     return ""
 
 
-def _slo_cell(slo: dict[str, Any]) -> str:
+def _slo_cell(slo: SloEntry) -> str:
     """The value with its interval, and the share within the threshold with its own."""
-    value, unit = slo.get("value"), slo.get("unit") or ""
+    value, unit = slo.value, slo.unit or ""
     parts = []
-    if isinstance(value, int | float):
+    if value is not None:
         shown = f"{value:.4g} {unit}".strip()
-        parts.append(shown + _interval(slo.get("ci"), "{:.4g}"))
-    elif isinstance(slo.get("attainment"), int | float):
-        parts.append(f"{slo['attainment']:.2%}" + _interval(slo.get("ci"), "{:.2%}"))
-    found = slo.get("within")
-    within: dict[str, Any] = found if isinstance(found, dict) else {}
-    if isinstance(within.get("share"), int | float):
-        needed = within.get("needed")
-        need = f", {needed:.4g} needed" if isinstance(needed, int | float) else ""
+        parts.append(shown + _interval(slo.ci, "{:.4g}"))
+    elif slo.attainment is not None:
+        parts.append(f"{slo.attainment:.2%}" + _interval(slo.ci, "{:.2%}"))
+    within = slo.within
+    if within is not None and within.share is not None:
+        needed = within.needed
+        need = f", {needed:.4g} needed" if needed is not None else ""
         need = f", {needed:.2%} needed" if isinstance(needed, float) and needed < 1 else need
-        parts.append(f"within: {within['share']:.2%}{_interval(within.get('ci'), '{:.2%}')}{need}")
-    decided = slo.get("decided") or ""
+        parts.append(f"within: {within.share:.2%}{_interval(within.ci, '{:.2%}')}{need}")
+    decided = slo.decided or ""
     return (
-        f"<td class='slo' data-decided='{esc(decided)}' data-spec='{esc(slo.get('spec'))}'>"
+        f"<td class='slo' data-decided='{esc(decided)}' data-spec='{esc(slo.spec)}'>"
         f"{'<br>'.join(esc(p) for p in parts) or '-'}</td>"
     )
 
@@ -181,7 +182,7 @@ def trials_table(trials: list[TrialData], specs: list[str], base: Path) -> str:
     rows = []
     for t in trials:
         row = t.row
-        slos = {str(s.get("spec")): s for s in (t.summary or {}).get("slos", [])}
+        slos = {s.spec: s for s in (t.summary.slos if t.summary is not None else ())}
         cells = "".join(_slo_cell(slos[s]) if s in slos else "<td>-</td>" for s in specs)
         steer = "" if row.get("firm", True) else " (steering)"
         window = row.get("window_s")
@@ -216,7 +217,7 @@ def trial_section(t: TrialData) -> str:
 
 def knee_page(doc: dict[str, Any], trials: list[TrialData], charts: list[Chart], base: Path) -> str:
     target = doc.get("target") or next(
-        (t.summary.get("target") for t in trials if t.summary is not None), None
+        (_target(t.summary) for t in trials if t.summary is not None), None
     )
     specs = [str(s) for s in doc.get("slos", [])]
     meta = {**(doc.get("meta") or {}), "target": target, "slos": specs}
@@ -246,6 +247,11 @@ def knee_page(doc: dict[str, Any], trials: list[TrialData], charts: list[Chart],
         *(trial_section(t) for t in trials),
     ]
     return page(f"tailwise knee {target}", body)
+
+
+def _target(s: Summary) -> str | list[str]:
+    """The trial's target as its summary.json holds it (a list for several)."""
+    return list(s.target) if isinstance(s.target, tuple) else s.target
 
 
 def render_knee(directory: Path) -> list[Path]:

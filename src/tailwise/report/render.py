@@ -1,4 +1,8 @@
-"""Re-render a run, sweep or comparison from its saved files: PNG charts and an HTML page."""
+"""Re-render a run, sweep or comparison from its saved files: PNG charts and an HTML page.
+
+A run's summary.json is read once, as a :class:`Summary`
+(:func:`~tailwise.metrics.shape.read_summary`); sweep.json and knee.json are documents
+of their own."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from typing import Any
 
 from tailwise.errors import BadInput, MissingExtra
 from tailwise.files import atomic_write_text
+from tailwise.metrics.schema import Summary
+from tailwise.metrics.shape import read_summary
 from tailwise.records import Records, read_jsonl
 
 DIR_FORM = (
@@ -36,7 +42,7 @@ def kind_of(directory: Path) -> str:
     raise BadInput("DIR", str(directory), DIR_FORM)
 
 
-def run_meta(directory: Path, summary: dict[str, Any]) -> dict[str, Any]:
+def run_meta(directory: Path, summary: Summary) -> dict[str, Any]:
     """A run's metadata: ``meta.json`` (the CLI writes it) and ``run.json``'s start time."""
     meta: dict[str, Any] = {}
     for name in ("meta.json", "run.json"):
@@ -50,16 +56,18 @@ def run_meta(directory: Path, summary: dict[str, Any]) -> dict[str, Any]:
                 meta.update(doc)
             elif isinstance(doc, dict) and doc.get("started_utc"):
                 meta.setdefault("date_utc", str(doc["started_utc"]))
-    meta.setdefault("cpus", (summary.get("generator") or {}).get("cores"))
-    meta.setdefault("tool_version", summary.get("tool_version"))
+    meta.setdefault(
+        "cpus", summary.generator.load.get("cores") if summary.generator is not None else None
+    )
+    meta.setdefault("tool_version", summary.tool_version)
     return meta
 
 
-def _run_charts(r: Records, s: dict[str, Any], out_dir: Path, prefix: str = "") -> list[Any]:
+def _run_charts(r: Records, s: Summary, out_dir: Path, prefix: str = "") -> list[Any]:
     from tailwise.report import charts, plot, run_charts
 
-    slos = charts.parsed_slos([x.get("spec", "") for x in s.get("slos", [])])
-    llm = bool(s.get("ttft_ms"))
+    slos = charts.parsed_slos([x.spec for x in s.slos])
+    llm = s.distribution("ttft_ms") is not None
     out = [
         run_charts.run_spectrum(r, slos, llm, out_dir / f"{prefix}percentiles.png"),
         run_charts.over_time(r, s, slos, out_dir / f"{prefix}latency_over_time.png"),
@@ -108,8 +116,9 @@ def render_sweep(directory: Path) -> list[Path]:
     return [*(c.path for c in made), *(c.path for cs in per_step.values() for c in cs), out]
 
 
-def render_directory(directory: Path) -> list[Path]:
-    """Writes the charts and report.html into ``directory``; returns the files written."""
+def render_directory(directory: Path, summary: Summary | None = None) -> list[Path]:
+    """Writes the charts and report.html into ``directory``; returns the files written.
+    A run's ``summary`` when the caller has read it already, else it is read here."""
     from tailwise.report import html
 
     kind = kind_of(directory)
@@ -119,7 +128,8 @@ def render_directory(directory: Path) -> list[Path]:
         from tailwise.report.knee_page import render_knee
 
         return render_knee(directory)
-    summary = _load(directory / "summary.json")
+    if summary is None:
+        summary = read_summary(directory / "summary.json", "DIR")
     records_path = directory / "records.jsonl"
     if not records_path.is_file():
         raise BadInput("DIR", str(directory), "a run directory with records.jsonl")
@@ -168,9 +178,9 @@ def render_compare(a: Path, b: Path, comparison: dict[str, Any], out: Path) -> P
             for d in (doc_a, doc_b)
         ]
     else:
-        sa, sb = _load(a / "summary.json"), _load(b / "summary.json")
-        slos = charts.parsed_slos([x.get("spec", "") for x in sa.get("slos", [])])
-        llm = bool(sa.get("ttft_ms")) and bool(sb.get("ttft_ms"))
+        sa, sb = read_summary(a / "summary.json", "A"), read_summary(b / "summary.json", "B")
+        slos = charts.parsed_slos([x.spec for x in sa.slos])
+        llm = sa.distribution("ttft_ms") is not None and sb.distribution("ttft_ms") is not None
         groups = [
             (name, [("", read_jsonl(d / "records.jsonl"))])
             for name, d in (("A", a), ("B", b))
@@ -180,8 +190,8 @@ def render_compare(a: Path, b: Path, comparison: dict[str, Any], out: Path) -> P
         metas = [
             {
                 **run_meta(d, s),
-                "target": s.get("target"),
-                "slos": [x.get("spec") for x in s.get("slos", [])],
+                "target": list(s.target) if isinstance(s.target, tuple) else s.target,
+                "slos": [x.spec for x in s.slos],
             }
             for d, s in ((a, sa), (b, sb))
         ]

@@ -13,6 +13,7 @@ import numpy as np
 
 from tailwise.metrics import derive
 from tailwise.metrics.catalog import CATALOG
+from tailwise.metrics.schema import Summary
 from tailwise.metrics.slo import SLO
 from tailwise.records import Records
 from tailwise.report.charts import Chart, draw_slos, ms_text, spectrum_axes, spectrum_points
@@ -48,11 +49,11 @@ def run_spectrum(r: Records, slos: list[SLO], llm: bool, path: Path) -> Chart:
     return Chart(save(fig, path), title, alt, drawn)
 
 
-def over_time(r: Records, summary: dict[str, Any], slos: list[SLO], path: Path) -> Chart:
+def over_time(r: Records, summary: Summary, slos: list[SLO], path: Path) -> Chart:
     """A run's latency (and TTFT) at each scheduled time, warm-up shaded, SLO lines, with
     requests in flight and the client's send lag below."""
     plt = pyplot()
-    llm = bool(summary.get("ttft_ms"))
+    llm = summary.distribution("ttft_ms") is not None
     fig, (ax, low) = plt.subplots(
         2, 1, figsize=(SIZE_IN[0], 5.2), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]}
     )
@@ -77,8 +78,7 @@ def over_time(r: Records, summary: dict[str, Any], slos: list[SLO], path: Path) 
     drawn = []
     for name, _ in series:
         drawn += draw_slos(ax, slos, name)
-    window = summary.get("window") or {}
-    start = float(window.get("start_s") or 0.0)
+    start = float(summary.window.start_s or 0.0)
     if start > 0:
         ax.axvspan(0, start, color="0.6", alpha=0.25, label="warm-up (excluded)")
     if positive:
@@ -99,7 +99,7 @@ def over_time(r: Records, summary: dict[str, Any], slos: list[SLO], path: Path) 
     low.set_xlabel("scheduled time (s)")
     if start > 0:
         low.axvspan(0, start, color="0.6", alpha=0.25)
-    p99 = (summary.get("latency_ms") or {}).get("p99")
+    p99 = summary.latency.p99 if summary.latency is not None else None
     shown = ms_text(p99) if p99 is not None else "none (no success)"
     title = f"Latency over time: p99 {shown} in the window"
     if start > 0:
@@ -121,10 +121,10 @@ def _in_flight(r: Records, points: int = 300) -> tuple[np.ndarray, np.ndarray]:
     return grid / 1e9, started - ended
 
 
-def server_timeline(summary: dict[str, Any], path: Path) -> Chart | None:
+def server_timeline(summary: Summary, path: Path) -> Chart | None:
     """The server's own metrics (``--server-metrics``) on the run's timeline, under the
     client's latency and TTFT (p50 between scrapes); None without two scrapes."""
-    cols = (summary.get("server_metrics") or {}).get("timeline") or {}
+    cols = summary.section("server_metrics").get("timeline") or {}
     t_s = cols.get("t_s") or []
     if len(t_s) < 2:
         return None
@@ -165,10 +165,11 @@ def server_timeline(summary: dict[str, Any], path: Path) -> Chart | None:
     return Chart(save(fig, path), title, alt, [])
 
 
-def gpu_timeline(summary: dict[str, Any], path: Path) -> Chart | None:
+def gpu_timeline(summary: Summary, path: Path) -> Chart | None:
     """GPU utilization and power (``--gpu-metrics``) on the run's timeline, under the
     client's TTFT (LLM) or latency, p50 between samples; None without two samples."""
-    cols = (summary.get("gpu") or {}).get("timeline") or {}
+    gpu = summary.section("gpu")
+    cols = gpu.get("timeline") or {}
     t_s = cols.get("t_s") or []
     if len(t_s) < 2:
         return None
@@ -208,13 +209,13 @@ def gpu_timeline(summary: dict[str, Any], path: Path) -> Chart | None:
         handles = (handles[0] + extra[0], handles[1] + extra[1])
     if handles[0]:
         low.legend(*handles, fontsize="x-small", loc="upper left")
-    start = float((summary.get("window") or {}).get("start_s") or 0.0)
+    start = float(summary.window.start_s or 0.0)
     if start > 0:
         for axis in (ax, low):
             axis.axvspan(min(t_s[0], 0.0), start, color="0.6", alpha=0.25)
     title = f"Client {label} beside GPU " + " and ".join(said or ["samples"])
     ax.set_title(title, fontsize="medium")
-    alt = f"{title}. Sampled every {(summary.get('gpu') or {}).get('interval_s', '?')} s."
+    alt = f"{title}. Sampled every {gpu.get('interval_s', '?')} s."
     return Chart(save(fig, path), title, alt, [])
 
 

@@ -9,10 +9,10 @@ A and B overlaid. Strings are escaped by :mod:`tailwise.report.html`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from tailwise.metrics.shape import read_summary_or_none
 from tailwise.metrics.uncertainty import CONFIDENCE
 from tailwise.records import read_jsonl
 from tailwise.report.charts import Chart, StepData
@@ -27,20 +27,12 @@ from tailwise.report.html import (
 from tailwise.report.workload import step_directory
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 def load_steps(doc: dict[str, Any], directory: Path, records: bool = True) -> list[StepData]:
     """Each row of sweep.json with its step's summary and records, when still on disk."""
     out = []
     for i, row in enumerate(r for r in doc.get("steps", []) if isinstance(r, dict)):
         where = step_directory(str(row.get("directory", "")), directory)
-        summary = _read(where / "summary.json") if where is not None else None
+        summary = read_summary_or_none(where / "summary.json") if where is not None else None
         recs = None
         if records and where is not None and (where / "records.jsonl").is_file():
             recs = read_jsonl(where / "records.jsonl")

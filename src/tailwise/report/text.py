@@ -1,10 +1,11 @@
-"""The terminal summary (rich). A pure function of summary.json's dict."""
+"""The terminal summary (rich). A pure function of a run's :class:`Summary`."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
@@ -13,7 +14,7 @@ from rich.text import Text
 
 from tailwise.metrics.catalog import CATALOG
 from tailwise.metrics.percentiles import percentile_key
-from tailwise.metrics.schema import Summary
+from tailwise.metrics.schema import Generator, LittlesLaw, Section, SloEntry, SteadyState, Summary
 from tailwise.metrics.uncertainty import CONFIDENCE
 
 DIST_ROWS = tuple((m.label, m.summary_key) for m in CATALOG if m.report_row)
@@ -34,6 +35,11 @@ _VERDICT_STYLE = {
 }
 
 
+def _x100(share: float | None) -> float:
+    """A share in percent (None only in a hand-edited file: it fails as it always did)."""
+    return 100 * share  # type: ignore[operator]
+
+
 def _ms(v: float | None) -> str:
     if v is None:
         return "-"
@@ -44,41 +50,46 @@ def _ms(v: float | None) -> str:
     return f"{v:.2f}ms"
 
 
-def _header(s: dict[str, Any]) -> Text:
-    arrival = s["arrival"]
-    target = s["target"] if isinstance(s["target"], str) else ", ".join(s["target"])
+def target_text(s: Summary) -> str:
+    """The run's target, or its targets joined by commas."""
+    return s.target if isinstance(s.target, str) else ", ".join(s.target)
+
+
+def _header(s: Summary) -> Text:
+    arrival = s.arrival
+    target = target_text(s)
     t = Text()
-    if s["mode"] == "closed":
+    if s.closed:
         t.append(
             "CLOSED-LOOP (comparison only: latency hides coordinated omission)\n", "bold magenta"
         )
-        t.append(f"{target}  concurrency {s.get('concurrency')}", "bold")
+        t.append(f"{target}  concurrency {s.concurrency}", "bold")
     else:
         rate = arrival.get("rate_rps")
         what = arrival.get("process", "?") + (f" {rate:g}/s" if rate else "")
         if arrival.get("profile"):
             what += f" {arrival['profile']}"
         t.append(f"{target}  open-loop {what}", "bold")
-    w = s["window"]
-    t.append(f"  window {w['start_s']:.1f}-{w['end_s']:.1f}s ({w['duration_s']:.1f}s)")
+    w = s.window
+    t.append(f"  window {w.start_s:.1f}-{w.end_s:.1f}s ({w.duration_s:.1f}s)")
     return t
 
 
-def _accounting(s: dict[str, Any]) -> Text:
-    r = s["requests"]
-    mark = ("✓", "green") if r["accounted"] else ("✗ MISMATCH", "bold red")
+def _accounting(s: Summary) -> Text:
+    r = s.requests
+    mark = ("✓", "green") if r.accounted else ("✗ MISMATCH", "bold red")
     t = Text(
-        f"requests  {r['scheduled']} = {r['ok']} ok + {r['failed']} failed + "
-        f"{r['timed_out']} timeout + {r['cancelled']} cancelled + {r['not_sent']} unsent "
+        f"requests  {r.scheduled} = {r.ok} ok + {r.failed} failed + "
+        f"{r.timed_out} timeout + {r.cancelled} cancelled + {r.not_sent} unsent "
     )
     t.append(mark[0], mark[1])
-    if r["errors"]:
+    if r.errors:
         t.append(
-            "\n          errors: " + ", ".join(f"{k} {v}" for k, v in sorted(r["errors"].items()))
+            "\n          errors: " + ", ".join(f"{k} {v}" for k, v in sorted(r.errors.items()))
         )
-        _error_statuses(t, s.get("errors") or [])
-    if r["warmup"]["scheduled"]:
-        t.append(f"\n          (+{r['warmup']['scheduled']} warm-up requests, excluded)", "dim")
+        _error_statuses(t, s.errors)
+    if r.warmup is not None and r.warmup.scheduled:
+        t.append(f"\n          (+{r.warmup.scheduled} warm-up requests, excluded)", "dim")
     return t
 
 
@@ -111,7 +122,7 @@ def one_line(text: str, width: int = SAMPLE_COLUMNS) -> str:
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
-def _error_statuses(t: Text, errors: list[dict[str, Any]]) -> None:
+def _error_statuses(t: Text, errors: Sequence[Section]) -> None:
     """Per (status, kind) in the window: the count and the first answer's body, one line each."""
     shown = [e for e in errors if e["count"]][:MAX_STATUS_LINES]
     for e in shown:
@@ -125,22 +136,22 @@ def _error_statuses(t: Text, errors: list[dict[str, Any]]) -> None:
         t.append(f"\n          ... {rest} more (status, kind) pairs in summary.json", "dim")
 
 
-def _rates(s: dict[str, Any]) -> Text:
-    r = s["rates"]
+def _rates(s: Summary) -> Text:
+    r = s.rates
     t = Text(
-        f"rates     offered {r['offered_rps']:.1f}/s  throughput {r['throughput_rps']:.1f}/s  "
-        f"goodput {r['goodput_rps']:.1f}/s\n          attainment {100 * r['attainment']:.2f}% "
+        f"rates     offered {r.offered_rps:.1f}/s  throughput {r.throughput_rps:.1f}/s  "
+        f"goodput {r.goodput_rps:.1f}/s\n          attainment {_x100(r.attainment):.2f}% "
         "(good / scheduled)"
     )
-    if s.get("tokens"):
-        t.append(f"  output {s['tokens']['output_tps']:.0f} tok/s")
+    if s.tokens:
+        t.append(f"  output {s.tokens['output_tps']:.0f} tok/s")
     return t
 
 
 WIDE = 100  # columns from which an interval shows 3 significant digits and "n too small"
 
 
-def _span(pair: list[float | None] | None, wide: bool) -> str:
+def _span(pair: Sequence[float | None] | None, wide: bool) -> str:
     """An interval in ms, rounded outwards: ``5.66-6.21``, ``1.20-1.31s``; unsupported (null):
     ``n too small`` (``too few`` when narrow, 2 significant digits, to fit 80 columns)."""
     if pair is None:
@@ -161,24 +172,29 @@ def _span(pair: list[float | None] | None, wide: bool) -> str:
 class _Distributions:
     """The distribution table, laid out for the width it is given (see :func:`_span`)."""
 
-    def __init__(self, s: dict[str, Any]) -> None:
+    def __init__(self, s: Summary) -> None:
         self.s = s
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield _distributions(self.s, wide=options.max_width >= WIDE)
 
 
-def columns(s: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+def columns(s: Summary) -> tuple[tuple[str, str], ...]:
     """(heading, summary key) of the distribution columns: ``--percentiles`` when given
     (then max and mean), else p50 p90 p95 p99 p99.9 max mean."""
-    chosen = s.get("percentiles")
+    chosen = s.percentiles
     if not chosen:
         return _COLS
     picked = tuple((f"p{q:g}", percentile_key(q)) for q in chosen)
     return (*picked, ("max", "max"), ("mean", "mean"))
 
 
-def _distributions(s: dict[str, Any], wide: bool = True) -> Table:
+def confidence(s: Summary) -> float:
+    """The run's interval level (:data:`CONFIDENCE` when it computed none)."""
+    return s.confidence if s.confidence is not None else CONFIDENCE
+
+
+def _distributions(s: Summary, wide: bool = True) -> Table:
     """Each distribution's row, and under it (dim) its interval per column, in ms."""
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     table.add_column("", style="bold")
@@ -186,146 +202,149 @@ def _distributions(s: dict[str, Any], wide: bool = True) -> Table:
     for label, _ in cols:
         table.add_column(label, justify="right")
     table.add_column("n", justify="right", style="dim")
-    sim = s.get("source") == "sim"
-    level = f"{100 * s.get('confidence', CONFIDENCE):g}% CI"
+    sim = s.source == "sim"
+    level = f"{100 * confidence(s):g}% CI"
     for label, key in DIST_ROWS:
-        d = s.get(key)
-        if d and not (sim and key in ("service_ms", "send_lag_ms")):  # the same as latency / 0
-            table.add_row(label, *[_ms(d.get(k)) for _, k in cols], str(d["count"]))
-            ci = d.get("ci")
-            if ci and d["count"]:
+        d = s.distribution(key)
+        if d is not None and not (sim and key in ("service_ms", "send_lag_ms")):  # latency / 0
+            table.add_row(label, *[_ms(d.get(k)) for _, k in cols], str(d.count))
+            ci = d.ci
+            if ci and d.count:
                 cells = [_span(ci.get(k), wide) if k in ci else "" for _, k in cols]
                 table.add_row(Text(f" {level}", "dim"), *[Text(c, "dim") for c in cells], "")
     return table
 
 
-def _checks(s: dict[str, Any]) -> Text:
-    ll, g = s["littles_law"], s["generator"]
+def _checks(s: Summary) -> Text:
+    ll, g = s.littles_law or LittlesLaw(), s.generator or Generator()
     t = Text(
-        f"Little    L={ll['l_measured']:.2f} in system vs λW={ll['lambda_w']:.2f} "
-        f"(gap {100 * ll['rel_gap']:.2f}%)"
+        f"Little    L={ll.l_measured:.2f} in system vs λW={ll.lambda_w:.2f} "
+        f"(gap {_x100(ll.rel_gap):.2f}%)"
     )
-    if (s.get("latency_ms") or {}).get("count"):  # no answer at all: nothing to be steady
-        _steady_line(t, s.get("steady_state"))
-    if s.get("source") != "sim":  # a simulation sends and reads on time
+    if s.latency is not None and s.latency.count:  # no answer at all: nothing to be steady
+        _steady_line(t, s.steady_state)
+    if s.source != "sim":  # a simulation sends and reads on time
         t.append("\n" + _client_line(s))
-        if g["cap_bound"]:
+        if g.cap_bound:
             t.append(
-                f"; in-flight cap {g['max_in_flight']} bound {g['cap_bound']} times "
-                f"({100 * g['cap_bound_share']:.1f}%), counted as latency",
+                f"; in-flight cap {g.max_in_flight} bound {g.cap_bound} times "
+                f"({_x100(g.cap_bound_share):.1f}%), counted as latency",
                 "yellow",
             )
-    for slo in s["slos"]:
-        decided = slo.get("decided", "pass" if slo["passed"] else "fail")
+    for slo in s.slos:
+        decided = slo.decided if slo.decided is not None else "pass" if slo.passed else "fail"
         mark, style = _MARKS[decided]
         t.append("\n" + mark, style)
-        value = slo.get("value")
-        if slo["kind"] == "deadline":
-            shown = f"attainment {100 * slo['attainment']:.2f}% (target {100 * slo['target']:g}%)"
-        elif slo["kind"] == "objective":
-            shown = _ms(value) if value is not None else "unbounded (failures)"
-        else:
-            shown = (
-                f"{100 * value:.2f}%"
-                if slo["spec"].lstrip().startswith(("error", "attain", "rate"))
-                else f"{value:.1f}/s"
-            )
-        line = f"{slo['spec']:<28} {shown}" + ("  (default)" if slo.get("implicit") else "")
+        line = f"{slo.spec:<28} {_slo_value(slo)}" + ("  (default)" if slo.implicit else "")
         t.append(line)
-        _slo_interval(t, slo, s.get("confidence", CONFIDENCE), len(line) + 2)
-        bound = slo.get("server_bound") or {}
-        if bound.get("client_could_flip"):
+        _slo_interval(t, slo, confidence(s), len(line) + 2)
+        bound = slo.server_bound
+        if bound is not None and bound.client_could_flip:
             t.append(
-                f"  server's share {_bound_text(slo, bound['lower'])}: the client decides", "yellow"
+                f"  server's share {_bound_text(slo, bound.lower)}: the client decides", "yellow"
             )
     return t
+
+
+def _slo_value(slo: SloEntry) -> str:
+    value = slo.value
+    if slo.kind == "deadline":
+        return f"attainment {_x100(slo.attainment):.2f}% (target {_x100(slo.target):g}%)"
+    if slo.kind == "objective":
+        return _ms(value) if value is not None else "unbounded (failures)"
+    if slo.spec.lstrip().startswith(("error", "attain", "rate")):
+        return f"{_x100(value):.2f}%"
+    return f"{value:.1f}/s"
 
 
 _MARKS = {"pass": ("✓ ", "green"), "fail": ("✗ ", "red"), "inconclusive": ("? ", "magenta")}
 
 
-def _steady_line(t: Text, st: dict[str, Any] | None) -> None:
+def _steady_line(t: Text, st: SteadyState | None) -> None:
     """Say so when the window did not reach steady state, or began with a transient."""
-    if not st or (st["steady"] and not st["truncate_at"]):
+    if st is None or (st.steady and not st.truncate_at):
         return
-    cut = st["truncate_at"]
+    cut = st.truncate_at
     drop = f"\n          MSER-5 would drop the window's first {cut} requests" if cut else ""
-    if st["steady"]:
+    if st.steady:
         t.append(f"\nsteady    the window starts with a transient{drop}", "yellow")
     else:
-        t.append(f"\nsteady    NOT reached: {st.get('reason', '')}{drop}", "yellow")
+        t.append(f"\nsteady    NOT reached: {st.reason}{drop}", "yellow")
 
 
-def _slo_interval(t: Text, slo: dict[str, Any], confidence: float, used: int) -> None:
+def _slo_interval(t: Text, slo: SloEntry, confidence: float, used: int) -> None:
     """The SLO's interval, dim; when the sample cannot decide, that note, highlighted.
     It goes on a line of its own, under the value, when it would pass 80 columns."""
-    if "decided" not in slo:
+    if slo.decided is None:
         return
     level = f"{100 * confidence:g}% CI"
-    ci = slo.get("ci")
-    if ci is None and "max(" in slo["spec"]:
+    ci = slo.ci
+    if ci is None and "max(" in slo.spec:
         shown = "no interval for a max"
     elif ci is None:
         shown = f"{level}: n too small"
     else:
         shown = f"{level} {_slo_span(slo, ci)}"
-    inconclusive = slo["decided"] == "inconclusive"
-    within = slo.get("within") or {}
-    if inconclusive and within.get("ci"):
-        lo, hi = within["ci"]
+    inconclusive = slo.decided == "inconclusive"
+    within = slo.within
+    if inconclusive and within is not None and within.ci:
+        lo, hi = within.ci
         shown = (
-            f"{100 * within['share']:.2f}% ≤ {within['threshold_ms']:.4g}ms, {level} "
-            f"{100 * lo:.2f}-{100 * hi:.2f}%, need {100 * within['needed']:.4g}%"
+            f"{_x100(within.share):.2f}% ≤ {within.threshold_ms:.4g}ms, {level} "
+            f"{_x100(lo):.2f}-{_x100(hi):.2f}%, need {_x100(within.needed):.4g}%"
         )
     note = f"({shown}: cannot decide)" if inconclusive else shown
     gap = "  " if used + 2 + len(note) <= 80 else "\n" + " " * 31
     t.append(gap + note, "magenta" if inconclusive else "dim")
 
 
-def _slo_span(slo: dict[str, Any], ci: list[float | None]) -> str:
-    if slo["kind"] == "objective":
+def _slo_span(slo: SloEntry, ci: Sequence[float | None]) -> str:
+    if slo.kind == "objective":
         unit = "ms" if ci[1] is not None and ci[1] < 1000 else ""
         return _span(ci, True) + unit
     lo, hi = ci
-    if slo["kind"] == "deadline" or slo["spec"].lstrip().startswith(("error", "attain", "rate")):
+    if slo.kind == "deadline" or slo.spec.lstrip().startswith(("error", "attain", "rate")):
         return f"{100 * (lo or 0):.2f}-{100 * (hi or 0):.2f}%"
     return f"{lo or 0:.1f}-{hi or 0:.1f}/s"
 
 
-def _client_line(s: dict[str, Any]) -> str:
+def _client_line(s: Summary) -> str:
     """The client's own error, and whether it could change any verdict."""
-    g = s["generator"]
-    parts = [f"send-lag p99 {g['send_lag_p99_ms']:.2f}ms"]
-    if g.get("recv_lag_measured"):
-        parts.append(f"receive-lag p99 {g['recv_lag_p99_ms']:.2f}ms")
-    if g.get("cpu_share") is not None:
-        parts.append(f"CPU {100 * g['cpu_share']:.0f}% of a core")
-    if g.get("load_avg_1m") is not None:
-        parts.append(f"load {g['load_avg_1m']:.1f}/{g['cores']} cores")
-    flips = [x["spec"] for x in s["slos"] if (x.get("server_bound") or {}).get("client_could_flip")]
+    g = s.generator or Generator()
+    load = g.load
+    parts = [f"send-lag p99 {g.send_lag_p99_ms:.2f}ms"]
+    if g.recv_lag_measured:
+        parts.append(f"receive-lag p99 {g.recv_lag_p99_ms:.2f}ms")
+    if load.get("cpu_share") is not None:
+        parts.append(f"CPU {100 * load['cpu_share']:.0f}% of a core")
+    if load.get("load_avg_1m") is not None:
+        parts.append(f"load {load['load_avg_1m']:.1f}/{load['cores']} cores")
+    flips = [
+        x.spec for x in s.slos if x.server_bound is not None and x.server_bound.client_could_flip
+    ]
     verdict = f"could flip {', '.join(flips)}" if flips else "could not flip any verdict"
-    if g.get("max_send_lag_ms") is not None:
-        verdict += f"; --max-send-lag {g['max_send_lag_ms']:g}ms"
+    if g.max_send_lag_ms is not None:
+        verdict += f"; --max-send-lag {g.max_send_lag_ms:g}ms"
     return "client    " + ", ".join(parts) + f": {verdict}"
 
 
-def _bound_text(slo: dict[str, Any], value: Any) -> str:
+def _bound_text(slo: SloEntry, value: float | None) -> str:
     if value is None:
         return "unbounded"
-    if slo["kind"] == "deadline":
-        return f"attainment {100 * value:.2f}%"
-    if slo["kind"] == "objective":
+    if slo.kind == "deadline":
+        return f"attainment {_x100(value):.2f}%"
+    if slo.kind == "objective":
         return _ms(value)
     return f"{value:.4g}"
 
 
-def render(s: dict[str, Any], directory: str | None = None) -> Group:
-    verdict = Text(f"verdict   {s['verdict'].upper()}", _VERDICT_STYLE[s["verdict"]])
-    verdict.append(f"  {s['verdict_reason']}")
-    if s["verdict"] in ("pass", "fail", "inconclusive") and s.get("confidence"):
+def render(s: Summary, directory: str | None = None) -> Group:
+    verdict = Text(f"verdict   {str(s.verdict).upper()}", _VERDICT_STYLE[str(s.verdict)])
+    verdict.append(f"  {s.verdict_reason}")
+    if s.verdict in ("pass", "fail", "inconclusive") and s.confidence:
         verdict.append(f"; decided at {_level_text(verdict_confidence(s))} confidence", "dim")
-    if s.get("verdict_hint"):
-        verdict.append(f"\nhint      {s['verdict_hint']}", "dim")
+    if s.verdict_hint:
+        verdict.append(f"\nhint      {s.verdict_hint}", "dim")
     parts: list[Any] = [
         _header(s),
         _accounting(s),
@@ -336,11 +355,12 @@ def render(s: dict[str, Any], directory: str | None = None) -> Group:
     ]
     if directory:
         parts.append(Text(f"saved     {directory}", "dim"))
-    writer = s.get("records_writer")
-    if isinstance(writer, dict) and writer.get("note"):
+    writer = s.section("records_writer")
+    if writer.get("note"):
         parts.append(Text(f"records   {writer['note']}", "yellow"))
-    if isinstance(s.get("outputs_missing"), dict) and s["outputs_missing"]:
-        files = ", ".join(f"{k} ({v})" for k, v in s["outputs_missing"].items())
+    missing = s.section("outputs_missing")
+    if missing:
+        files = ", ".join(f"{k} ({v})" for k, v in missing.items())
         parts.append(Text(f"not saved {files}", "yellow"))
     return Group(*parts)
 
@@ -371,11 +391,11 @@ def _tables(renderable: Any) -> list[Table]:
     return []
 
 
-def verdict_confidence(s: dict[str, Any]) -> float:
+def verdict_confidence(s: Summary) -> float:
     """The level a run's verdict was decided at: the whole run's in a sequential run (its
     looks share it), else the summary's."""
-    seq = s.get("sequential") or {}
-    return float(seq.get("overall_confidence") or s.get("confidence") or CONFIDENCE)
+    overall = s.sequential.overall_confidence if s.sequential is not None else None
+    return float(overall or s.confidence or CONFIDENCE)
 
 
 def _level_text(level: float) -> str:
@@ -383,15 +403,9 @@ def _level_text(level: float) -> str:
 
 
 def print_summary(s: Summary, directory: str | None = None, *, stderr: bool = False) -> None:
-    """A fresh run's summary in the terminal."""
-    print_saved_summary(s.to_json(), directory, stderr=stderr)
-
-
-def print_saved_summary(
-    doc: dict[str, Any], directory: str | None = None, *, stderr: bool = False
-) -> None:
-    """A summary.json read back from disk (checked by :mod:`tailwise.metrics.shape`)."""
-    shown = render(doc, directory)
+    """A run's summary in the terminal: a fresh one, or one read back from disk
+    (:func:`tailwise.metrics.shape.read_summary`)."""
+    shown = render(s, directory)
     console(stderr=stderr, fit=shown).print(shown)
 
 

@@ -3,7 +3,7 @@
 A 300/s run against a 100/s run differs in load, not in the system under test;
 an HTTP run against an LLM run, or a 60 s simulation against a 15 s measurement,
 differ in what was asked. Comparing them prints regressions that are not. The
-workload is read from ``summary.json`` (source, mode, arrival, window) and, when
+workload is read from the run's :class:`Summary` (source, mode, arrival, window) and, when
 the directory has one, ``run.json`` (API, prompt and output lengths, bodies).
 The target URL and the seed are not workload: comparing two deployments under
 the same load is the point, and a new seed is a new sample of the same load.
@@ -15,6 +15,9 @@ import json
 import math
 from pathlib import Path
 from typing import Any
+
+from tailwise.metrics.schema import Summary
+from tailwise.metrics.shape import read_summary_or_none
 
 # run.json options that shape what each request asks for
 _REQUEST_OPTIONS = (
@@ -42,12 +45,9 @@ def _read(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _arrival(summary: dict[str, Any]) -> dict[str, Any]:
-    arrival = summary.get("arrival")
-    if not isinstance(arrival, dict):
-        return {}
+def _arrival(summary: Summary) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key, value in arrival.items():
+    for key, value in summary.arrival.items():
         if key == "seed":
             continue
         label = "rate" if key == "rate_rps" else f"arrival {key}"
@@ -55,18 +55,17 @@ def _arrival(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_workload(summary: dict[str, Any], directory: Path | None) -> dict[str, Any]:
+def run_workload(summary: Summary, directory: Path | None) -> dict[str, Any]:
     """``{field label: value}`` describing the load a run offered and what it asked."""
-    window = summary.get("window") if isinstance(summary.get("window"), dict) else {}
     out: dict[str, Any] = {
-        "source": summary.get("source"),
-        "mode": summary.get("mode"),
-        "duration": (window or {}).get("duration_s"),
-        "LLM metrics": bool(summary.get("ttft_ms")),
+        "source": summary.source,
+        "mode": summary.mode,
+        "duration": summary.window.duration_s,
+        "LLM metrics": summary.distribution("ttft_ms") is not None,
         **_arrival(summary),
     }
-    if summary.get("mode") == "closed":
-        out["users"] = summary.get("concurrency")
+    if summary.closed:
+        out["users"] = summary.concurrency
     run = _read(directory / "run.json") if directory is not None else None
     options = (run or {}).get("options")
     if isinstance(options, dict):
@@ -81,7 +80,7 @@ def sweep_workload(sweep: dict[str, Any], directory: Path) -> dict[str, Any]:
     if not steps or not isinstance(steps[0], dict):
         return {"mode": sweep.get("mode")}
     step_dir = step_directory(str(steps[0].get("directory", "")), directory)
-    summary = _read(step_dir / "summary.json") if step_dir is not None else None
+    summary = read_summary_or_none(step_dir / "summary.json") if step_dir is not None else None
     if summary is None:
         return {"mode": sweep.get("mode")}
     out = run_workload(summary, step_dir)
