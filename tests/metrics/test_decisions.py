@@ -178,3 +178,16 @@ def test_a_stationary_heavy_tailed_queue_is_not_overloaded_but_a_queue_past_capa
         for _ in range(30)
     ]  # fmt: skip
     assert sum(over) >= 26
+
+
+def test_a_bounded_slow_mode_is_no_heavy_service() -> None:
+    """One request in 60 takes 80 ms, the rest 5 ms (a cache miss path), each found the
+    system empty: the top twentieth reaches into the fast mode and reads heavy, the top
+    10 values are one level and read light, so the service is not heavy; a lognormal
+    service (sigma 1.5) of the same size reads heavy at both depths."""
+    rng = np.random.default_rng(60)
+    n = 1_200
+    bimodal = np.where(np.arange(n) % 60 == 0, 0.080, 0.005) * rng.uniform(0.99, 1.01, n)
+    idle = np.ones(n, dtype=bool)
+    assert not heavy_service(regeneration(idle, bimodal))
+    assert heavy_service(regeneration(idle, 0.02 * rng.lognormal(-1.125, 1.5, n)))

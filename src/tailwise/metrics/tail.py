@@ -119,20 +119,21 @@ def regeneration(idle: np.ndarray, values: np.ndarray) -> Regeneration:
     return Regeneration(share, np.asarray(values, dtype=np.float64)[idle], idle)
 
 
-def service_heaviness(service: np.ndarray) -> float:
+def service_heaviness(service: np.ndarray, depth: int | None = None) -> float:
     """How much heavier than exponential the top twentieth of the empty-system latencies
     falls off: the Hill estimate over the top ``k = max(50, n / 20)`` values times
     ``ln(n / k)`` (about 1 for an exponential service, within 0.15 at k = 50; a lognormal
     service of sigma 1 reads about 1.8, sigma 1.5 about 2.7). Deeper than the latency
     guard's top thousandth: it asks only whether the service's bulk tail is light, and
     a deeper read is steadier. ``inf`` with fewer than ``2 MIN_SERVICE_TOP`` values (no
-    service to read: the model must not decide)."""
+    service to read: the model must not decide). ``depth`` reads it over that many top
+    values instead."""
     x = np.asarray(service, dtype=np.float64)
     x = x[np.isfinite(x)]
     n = len(x)
     if n < 2 * MIN_SERVICE_TOP:
         return math.inf
-    k = max(MIN_SERVICE_TOP, n // SERVICE_TOP)
+    k = depth if depth is not None else max(MIN_SERVICE_TOP, n // SERVICE_TOP)
     top = np.sort(np.partition(x, n - k - 1)[n - k - 1 :])
     floor = float(top[0])
     if floor <= 0.0:
