@@ -23,6 +23,7 @@ BENCHMARKS = [
     ["reliability_table.py", "--write-docs"],
     ["ci_coverage.py", "--write-docs"],  # about four minutes on two cores
     ["validation_grid.py", "--write-docs"],  # 26 min on two cores (+10 once: the truth)
+    ["service_guard.py", "--write-docs"],  # the grid's stored runs re-judged; minutes
     ["soak.py", "--write-docs"],  # ten minutes
 ]
 
