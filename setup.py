@@ -1,7 +1,7 @@
 """The optional compiled fast paths (C): built where a compiler is present, skipped where not.
 
 Everything else about the package is in pyproject.toml. Without the extensions tailwise
-runs the same pure-Python paths (tailwise.loadgen.sse_fast, httptools alone for whole
+runs the same pure-Python paths (tailwise.loadgen.transport.sse_fast, httptools alone for whole
 HTTP answers, tailwise.records.format_rows for the records file), only slower per
 stream chunk, per request and per record.
 """
@@ -11,19 +11,19 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "tailwise.loadgen.sse_c",
-            sources=["src/tailwise/loadgen/sse_c.c"],
-            depends=["src/tailwise/loadgen/rx_c.h"],  # the stream reader (Linux), included
+            "tailwise.loadgen.transport.sse_c",
+            sources=["src/tailwise/loadgen/transport/sse_c.c"],
+            depends=["src/tailwise/loadgen/transport/rx_c.h"],  # the stream reader (Linux), included
             optional=True,  # no compiler: install without it
         ),
         Extension(
-            "tailwise.loadgen.http_c",
-            sources=["src/tailwise/loadgen/http_c.c"],
+            "tailwise.loadgen.transport.http_c",
+            sources=["src/tailwise/loadgen/transport/http_c.c"],
             optional=True,
         ),
         Extension(
-            "tailwise.loadgen.writer_c",
-            sources=["src/tailwise/loadgen/writer_c.c"],
+            "tailwise.loadgen.execute.writer_c",
+            sources=["src/tailwise/loadgen/execute/writer_c.c"],
             optional=True,
         ),
     ]

@@ -65,7 +65,7 @@ for name in ("tailwise", "numpy", "torch", "pynvml", "httptools", "hdrh", "pydan
         print(f"#   {name} {getattr(m, '__version__', '')}")
     except Exception as exc:
         print(f"#   {name} missing ({type(exc).__name__})")
-for mod in ("sse_c", "http_c", "writer_c"):
+for mod in ("transport.sse_c", "transport.http_c", "execute.writer_c"):
     try:
         importlib.import_module(f"tailwise.loadgen.{mod}")
         print(f"#   tailwise.loadgen.{mod} built")

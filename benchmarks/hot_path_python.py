@@ -1,8 +1,8 @@
 """The Python side of one request on the HTTP hot path, without any syscall.
 
 A diagnostic, not run by ``make bench``: it drives the real pacer tick
-(:class:`~tailwise.loadgen.attack.OpenLoop`), the real pool dispatch and the
-real response handling (:class:`~tailwise.loadgen.http.Conn`: httptools
+(:class:`~tailwise.loadgen.engine.attack.OpenLoop`), the real pool dispatch and the
+real response handling (:class:`~tailwise.loadgen.transport.http.Conn`: httptools
 parse, completion, the engine's bookkeeping) against sockets that do nothing,
 one request per tick as at ~65k req/s. What it prints is the share of a
 request's cost that Python code can change; the rest (``send``, ``recv``,
@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-import tailwise.loadgen.attack as attack
-from tailwise.loadgen.http import HttpTransport
-from tailwise.loadgen.http_conn import Conn
-from tailwise.loadgen.targets import parse_url
+import tailwise.loadgen.engine.attack as attack
+from tailwise.loadgen.transport.http import HttpTransport
+from tailwise.loadgen.transport.http_conn import Conn
+from tailwise.loadgen.transport.targets import parse_url
 
 RESPONSE = (
     b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Sat, 21 Nov 2026 14:00:00 GMT\r\n"

@@ -3,7 +3,7 @@
 Issue 39's bar: "a 42%-load M/M/1 run with p99 <= 2x the truth decides within 1,500
 requests". Each case below is an M/M/1 queue (mean service 20 ms) at a light load,
 capped at a number of requests, judged with ``--duration auto``'s looks (the sizes and
-per-look confidences of :func:`tailwise.loadgen.watch.plan_looks`, the cap the last
+per-look confidences of :func:`tailwise.loadgen.engine.watch.plan_looks`, the cap the last
 look) through :func:`validation_grid.engine_verdicts` (the product's summary). For each
 threshold (times the closed-form p99) it reports the share of runs decided right, the
 share decided wrong, and the median requests to the first decision (runs that never

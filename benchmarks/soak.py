@@ -9,7 +9,7 @@ scheduled request on disk, none lost.
 
 Flat means: after the warm-up (the first 10% of the run, at least 10 s), the
 tailwise process's RSS grows by less than :data:`FLAT_MB` in total. Before
-finished record blocks were moved out of memory (``tailwise.loadgen.spill``),
+finished record blocks were moved out of memory (``tailwise.loadgen.execute.spill``),
 the same run grew by about 150 bytes a request.
 
 ``--quick`` runs 60 s (to try it); the default is the full 600 s.
@@ -57,7 +57,7 @@ def writer_of(pid: int) -> int | None:
             cmd = (proc / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == pid and b"tailwise.loadgen.writer" in cmd:
+        if ppid == pid and b"tailwise.loadgen.execute.writer" in cmd:
             return int(proc.name)
     return None
 
@@ -172,7 +172,7 @@ Machine: {machine}.
 
 Why it is flat: finished record blocks go to an unlinked file beside the run
 and the completion log is trimmed as rows reach the writer
-(`tailwise.loadgen.spill`); they come back only for the summary at the end, so
+(`tailwise.loadgen.execute.spill`); they come back only for the summary at the end, so
 the run's last seconds (the summary, not sampled here) still need the whole
 run's rows in memory once: the process's peak, summary included, was
 {result["peak_mb"]} MB. Measured before that change: +11 MB in 40 s at 2000/s

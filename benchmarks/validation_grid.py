@@ -46,7 +46,7 @@ that one function when the engine's public path changes.
 
 **Requests to decide**: ``--duration auto`` emulated. For the p99 SLOs at 0.7x and
 1.5x the truth, each run is summarised on its first k requests for k = 128, 256, ...
-below n and k = n (the looks of :func:`tailwise.loadgen.watch.plan_looks`, at its
+below n and k = n (the looks of :func:`tailwise.loadgen.engine.watch.plan_looks`, at its
 per-look confidence), and the smallest k that decides is kept (``--looks-max``
 limits the sizes that get looks).
 
@@ -280,7 +280,7 @@ def engine_verdicts(
 def look_plan(n: int) -> tuple[list[int], list[float]]:
     """``--duration auto`` capped at ``n`` requests: the look sizes (the final summary at
     ``n`` is the last look) and each look's confidence (the run's error spent by size)."""
-    from tailwise.loadgen.watch import plan_looks
+    from tailwise.loadgen.engine.watch import plan_looks
 
     looks = plan_looks(n)
     return [*looks.sizes, n], list(looks.confidences)

@@ -24,7 +24,7 @@ from tailwise import arrivals
 from tailwise.arrivals import parse_schedule
 from tailwise.errors import BadInput
 from tailwise.loadgen.conclude import auto_warmup
-from tailwise.loadgen.prepare import RunOptions, loss_watch, prepare, sequential
+from tailwise.loadgen.prepare.plan import RunOptions, loss_watch, prepare, sequential
 from tailwise.metrics import derive
 from tailwise.metrics.steady import auto_start_ns
 from tailwise.sim.run import simulate

@@ -12,8 +12,8 @@ import pytest
 
 from tailwise.errors import BadInput
 from tailwise.knee import GO_ON_CAUSES, TrialRun, make_trial, trial_detail, trial_window_s
-from tailwise.loadgen.prepare import RunOptions, prepare, watch_blind
-from tailwise.loadgen.watch import judge_from_ns
+from tailwise.loadgen.engine.watch import judge_from_ns
+from tailwise.loadgen.prepare.plan import RunOptions, prepare, watch_blind
 from tailwise.metrics.schema import Summary
 from tailwise.metrics.slo import DEFAULT_SLO, or_default, parse_slo
 from tailwise.metrics.uncertainty import CONFIDENCE

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tailwise import traces
 from tailwise.arrivals import parse_schedule
 from tailwise.errors import BadInput
-from tailwise.loadgen.trace_bodies import BLOCK_WORDS, rows_used, trace_prompts
+from tailwise.loadgen.prepare.trace_bodies import BLOCK_WORDS, rows_used, trace_prompts
 from tailwise.traces import parse_speed, read_trace
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "traces"

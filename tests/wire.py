@@ -39,9 +39,9 @@ class FakeWire:
 def hand_pool(*, streaming: bool = False, timeout_ns: int = 10**10) -> tuple[Any, list[int]]:
     """A transport's one pool (a loopback URL never dialled) for connections driven by hand,
     and the list of sequence numbers it settles, in order."""
-    from tailwise.loadgen.answers import AnswerBook
-    from tailwise.loadgen.http import HttpTransport
-    from tailwise.loadgen.targets import parse_url
+    from tailwise.loadgen.llm.answers import AnswerBook
+    from tailwise.loadgen.transport.http import HttpTransport
+    from tailwise.loadgen.transport.targets import parse_url
 
     transport = HttpTransport(
         [parse_url("http://127.0.0.1:9/")],

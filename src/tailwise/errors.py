@@ -119,7 +119,7 @@ class MissingExtra(BadInput):
 
 
 class PreflightFailed(TailwiseError):
-    """The one request sent before a run failed (see :mod:`tailwise.loadgen.preflight`):
+    """The one request sent before a run failed (see :mod:`tailwise.loadgen.prepare.preflight`):
     one line naming the status and the server's message, and the exit code for it."""
 
     def __init__(self, message: str, exit_code: int) -> None:
@@ -150,7 +150,7 @@ class WorkerStartFailed(HostFailure):
 
 class WorkerProtocolError(HostFailure):
     """A worker (``--workers``, ``--ray``) sent something that is not one of the worker
-    messages (:mod:`tailwise.loadgen.scale_messages`): a worker of another tailwise
+    messages (:mod:`tailwise.loadgen.scale.messages`): a worker of another tailwise
     version on a Ray node, or a bug. The run stops; its workers are killed."""
 
 

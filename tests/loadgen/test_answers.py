@@ -1,4 +1,4 @@
-"""The answer book: what an answer says, in its record's token columns (loadgen/answers.py).
+"""The answer book: what an answer says, in its record's token columns (loadgen/llm/answers.py).
 
 The connections that feed it are tested end to end elsewhere (test_llm, test_sse_fast,
 test_stream_reader); here the book alone, with a stream's tally written by hand.
@@ -10,12 +10,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tailwise.loadgen.answers import AnswerBook
-from tailwise.loadgen.http import HttpTransport
-from tailwise.loadgen.http_conn import Conn
-from tailwise.loadgen.http_stream import AnswerConn, StreamConn
-from tailwise.loadgen.llm_stream import Timings
-from tailwise.loadgen.targets import parse_url
+from tailwise.loadgen.llm.answers import AnswerBook
+from tailwise.loadgen.llm.stream import Timings
+from tailwise.loadgen.transport.http import HttpTransport
+from tailwise.loadgen.transport.http_conn import Conn
+from tailwise.loadgen.transport.http_stream import AnswerConn, StreamConn
+from tailwise.loadgen.transport.targets import parse_url
 from tailwise.records import RecordBlock, error_code
 
 

@@ -19,8 +19,8 @@ import pytest
 import tailwise
 from tailwise.errors import BadInput
 from tailwise.imagefmt import PNG_SIGNATURE, dimensions, encode_png, sniff
-from tailwise.loadgen import images
-from tailwise.loadgen.prepare import RunOptions, prepare
+from tailwise.loadgen.prepare import images
+from tailwise.loadgen.prepare.plan import RunOptions, prepare
 from tests.clirun import run_cli
 
 URL = "http://127.0.0.1:9"  # prepare opens no connection

@@ -1,7 +1,7 @@
 """API kinds behind one protocol: the built-in three, and a kind a test adds in one module.
 
 The test kind below (``test-echo``) is what a new API costs: one class that builds its
-body and reads its answer, and one :func:`tailwise.loadgen.apis.register` call. A real
+body and reads its answer, and one :func:`tailwise.loadgen.llm.apis.register` call. A real
 loopback run drives it end to end through the CLI: the URL gets its path, the server
 receives its bodies, the summary's token totals come from its own usage field names.
 """
@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from tailwise.errors import BadInput
-from tailwise.loadgen import apis, llm_stream, openai
-from tailwise.loadgen.apis import Prompt, prompt_text
-from tailwise.loadgen.apis.kind import CalibrateModel
+from tailwise.loadgen.llm import apis, openai
+from tailwise.loadgen.llm import stream as llm_stream
+from tailwise.loadgen.llm.apis import Prompt, prompt_text
+from tailwise.loadgen.llm.apis.kind import CalibrateModel
 from tests.clirun import run_cli
 from tests.wire import ThreadedServer
 

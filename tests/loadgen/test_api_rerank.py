@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from tailwise.errors import BadInput
-from tailwise.loadgen import apis, documents
-from tailwise.loadgen.apis.rerank import RanksDocuments, classify_ranking
-from tailwise.loadgen.llm_stream import MALFORMED, MAX_TOKEN_COUNT
+from tailwise.loadgen.llm import apis
+from tailwise.loadgen.llm.apis.rerank import RanksDocuments, classify_ranking
+from tailwise.loadgen.llm.stream import MALFORMED, MAX_TOKEN_COUNT
+from tailwise.loadgen.prepare import documents
 from tests.clirun import run_cli
 from tests.wire import ThreadedServer
 

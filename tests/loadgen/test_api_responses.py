@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 import tailwise
-from tailwise.loadgen import apis, openai, preflight
-from tailwise.loadgen.apis.responses import KIND
-from tailwise.loadgen.llm_stream import MALFORMED, MAX_TOKEN_COUNT, Chunk
-from tailwise.loadgen.sse import SSEParser
+from tailwise.loadgen.llm import apis, openai
+from tailwise.loadgen.llm.apis.responses import KIND
+from tailwise.loadgen.llm.stream import MALFORMED, MAX_TOKEN_COUNT, Chunk
+from tailwise.loadgen.prepare import preflight
+from tailwise.loadgen.transport.sse import SSEParser
 from tailwise.records import read_jsonl
 from tests.clirun import run_cli
 from tests.reliability.conftest import Answer, raw_servers

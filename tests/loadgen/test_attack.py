@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from tailwise.clock import now_ns
-from tailwise.loadgen.attack import OpenLoop
+from tailwise.loadgen.engine.attack import OpenLoop
 from tailwise.loadgen.runner import RunOptions, execute, prepare
 from tailwise.loadgen.transport import FakeTransport, OnDone, Transport
 from tailwise.metrics import derive

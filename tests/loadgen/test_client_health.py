@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tailwise.loadgen.execute import http_transport
+from tailwise.loadgen.execute.local import http_transport
 from tailwise.loadgen.runner import RunOptions, execute, prepare
 from tailwise.loadgen.transport import OnDone
 from tests.clirun import run_cli

@@ -21,7 +21,7 @@ import pytest
 
 import tailwise
 from tailwise.errors import BadInput
-from tailwise.loadgen import results
+from tailwise.loadgen.execute import results
 from tailwise.loadgen.runner import RunOptions, execute, prepare
 from tailwise.loadgen.transport import FakeTransport
 from tests.clirun import wait_until_sending
@@ -243,7 +243,7 @@ def test_descriptor_table_is_grown_before_the_clock_and_nothing_stays_open() -> 
     # slot is left alone), and a limit below the ask caps it.
     code = """
 import os, resource
-from tailwise.loadgen.execute import reserve_fd_table
+from tailwise.loadgen.execute.local import reserve_fd_table
 def size():
     for line in open('/proc/self/status'):
         if line.startswith('FDSize:'):
@@ -282,7 +282,7 @@ def test_a_signal_after_sending_ends_still_leaves_every_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C between the last send and the summary (the writer finishing) is ignored."""
-    from tailwise.loadgen.results import RecordSink
+    from tailwise.loadgen.execute.results import RecordSink
 
     real_wait = RecordSink.wait
 

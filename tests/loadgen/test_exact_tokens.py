@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import tailwise
-from tailwise.loadgen import openai
-from tailwise.loadgen.exact_prompts import exact_prompts, fit
+from tailwise.loadgen.llm import openai
+from tailwise.loadgen.prepare.exact_prompts import exact_prompts, fit
 from tailwise.loadgen.runner import RunOptions, prepare
 from tests.wire import read_json_request
 

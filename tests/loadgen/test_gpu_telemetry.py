@@ -20,7 +20,7 @@ import pytest
 
 import tailwise
 from tailwise.errors import BadInput
-from tailwise.loadgen.gpu_metrics import FILE, GpuPlan, GpuSampler, NvmlSource, plan_gpu
+from tailwise.loadgen.observe.gpu_metrics import FILE, GpuPlan, GpuSampler, NvmlSource, plan_gpu
 from tailwise.records import Records
 from tests.clirun import run_cli
 from tests.loadgen.dcgm_exporter import Exporter

@@ -1,6 +1,6 @@
 """A whole plain HTTP answer read without httptools gives the records httptools gives.
 
-:data:`tailwise.loadgen.http_conn.READ_WHOLE` (compiled, ``http_c.c``) may decline any
+:data:`tailwise.loadgen.transport.http_conn.READ_WHOLE` (compiled, ``http_c.c``) may decline any
 read (0: httptools parses it), but a status it returns must be what httptools would
 have read: the read is exactly one complete keep-alive answer with that status, and the
 parser is left ready for the next answer. Checked on generated and hostile answers
@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tailwise
-from tailwise.loadgen import http_conn
-from tailwise.loadgen.sse_fast import compiled_module
+from tailwise.loadgen.transport import http_conn
+from tailwise.loadgen.transport.sse_fast import compiled_module
 
-_http_c = compiled_module("http_c")
+_http_c = compiled_module("transport.http_c")
 pytestmark = pytest.mark.skipif(_http_c is None, reason="http_c not built here")
 READ: Any = _http_c.response if _http_c is not None else None
 

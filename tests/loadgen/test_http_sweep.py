@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailwise.loadgen.http import HttpTransport
-from tailwise.loadgen.http_conn import Conn
-from tailwise.loadgen.targets import parse_url
+from tailwise.loadgen.transport.http import HttpTransport
+from tailwise.loadgen.transport.http_conn import Conn
+from tailwise.loadgen.transport.targets import parse_url
 from tailwise.records import RecordBlock, error_code
 from tests.wire import FakeWire
 

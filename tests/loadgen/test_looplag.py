@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from tailwise.clock import now_ns
-from tailwise.loadgen.looplag import LoopLag
+from tailwise.loadgen.execute.looplag import LoopLag
 
 MS = 1_000_000
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tailwise.loadgen.prepare import loss_watch
+from tailwise.loadgen.prepare.plan import loss_watch
 from tailwise.loadgen.runner import RunOptions, execute, prepare
 from tailwise.loadgen.transport import FakeTransport
 from tests.clirun import run_cli

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tailwise.errors import BadInput
-from tailwise.loadgen import openai
+from tailwise.loadgen.llm import openai
 from tailwise.loadgen.runner import RunOptions, prepare
 
 

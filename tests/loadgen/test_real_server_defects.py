@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import tailwise
-from tailwise.loadgen.server_view import server_lines
+from tailwise.loadgen.observe.server_view import server_lines
 from tests.wire import ThreadedServer
 
 KEEP_ALIVE = b"Connection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import tailwise
-from tailwise.loadgen.llm_stream import classify
-from tailwise.loadgen.sse import SSEParser
+from tailwise.loadgen.llm.stream import classify
+from tailwise.loadgen.transport.sse import SSEParser
 from tailwise.records import read_jsonl
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sse"

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 import tailwise
 from tailwise.arrivals import BLOCK, parse_schedule
 from tailwise.errors import BadInput
-from tailwise.loadgen import scale_merge as merge
-from tailwise.loadgen.prepare import parse_workers
-from tailwise.loadgen.scale_messages import Died, Failed, Snapshot, WorkerMessage
+from tailwise.loadgen.prepare.plan import parse_workers
+from tailwise.loadgen.scale import merge
+from tailwise.loadgen.scale.messages import Died, Failed, Snapshot, WorkerMessage
 from tailwise.metrics.histogram import new_histogram, record_many
 from tailwise.metrics.percentiles import nearest_rank
 from tailwise.records import Records, read_jsonl
@@ -141,7 +141,7 @@ def test_histogram_percentiles_bound_the_exact_ones() -> None:
 
 def test_snapshots_of_failures_only_count_kinds_and_no_latency() -> None:
     """A slice with no successful answer adds counts but no histogram (and does not fail)."""
-    from tailwise.loadgen.scale_worker import Snapshots
+    from tailwise.loadgen.scale.worker import Snapshots
     from tailwise.records import RecordBlock, error_code
 
     block = RecordBlock(0, 100)
@@ -327,7 +327,7 @@ def test_a_worker_that_fails_to_start_exits_9_not_bad_input(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from tailwise.loadgen import scale_pool
+    from tailwise.loadgen.scale import pool as scale_pool
 
     monkeypatch.setattr(scale_pool.LocalPool, "launch", lambda self, specs: None)
     monkeypatch.setattr(scale_pool.LocalPool, "poll", lambda self, timeout_s: [(0, message)])

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from tailwise.errors import ExitCode, WorkerProtocolError
-from tailwise.loadgen import scale_messages as m
-from tailwise.loadgen.ray_workers import RayPool
-from tailwise.loadgen.scale_pool import LocalPool
+from tailwise.loadgen.scale import messages as m
+from tailwise.loadgen.scale.pool import LocalPool
+from tailwise.loadgen.scale.ray_workers import RayPool
 from tailwise.metrics.histogram import new_histogram, record_many
 from tests.clirun import run_cli
 
@@ -135,7 +135,7 @@ def test_the_driver_stops_on_an_unknown_message_with_one_line(
 ) -> None:
     """A pool that hands the driver a stray object (here past the pool's own check):
     exit 9 (this machine's workers failed), one line naming the worker and the type."""
-    from tailwise.loadgen import scale_pool
+    from tailwise.loadgen.scale import pool as scale_pool
 
     monkeypatch.setattr(scale_pool.LocalPool, "launch", lambda self, specs: None)
     monkeypatch.setattr(

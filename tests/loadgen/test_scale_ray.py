@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tailwise
-from tailwise.loadgen.scale_merge import hdr_summary_ms
+from tailwise.loadgen.scale.merge import hdr_summary_ms
 from tailwise.metrics.histogram import new_histogram, record_many
 from tailwise.metrics.percentiles import nearest_rank
 from tests.loadgen.test_scale import assert_totals_are_sums, plan, records_in_plan_order

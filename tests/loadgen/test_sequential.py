@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tailwise.loadgen.engine.watch import FIRST_LOOK, plan_looks
 from tailwise.loadgen.runner import RunOptions, execute, prepare
 from tailwise.loadgen.transport import FakeTransport
-from tailwise.loadgen.watch import FIRST_LOOK, plan_looks
 from tests.clirun import run_cli
 
 MS = 1_000_000

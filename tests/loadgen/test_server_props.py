@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import pytest
 
 import tailwise
-from tailwise.loadgen.server_props import MAX_BYTES, parse_props, probe, props_url
+from tailwise.loadgen.observe.server_props import MAX_BYTES, parse_props, probe, props_url
 
 PROPS = {
     "default_generation_settings": {"id_slot": 0, "n_ctx": 1024},

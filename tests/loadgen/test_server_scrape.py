@@ -11,8 +11,8 @@ import pytest
 
 import tailwise
 from tailwise.errors import BadInput
+from tailwise.loadgen.observe.server_metrics import plan_scrape
 from tailwise.loadgen.runner import RunOptions, RunResult, prepare
-from tailwise.loadgen.server_metrics import plan_scrape
 from tailwise.server import spawn
 
 

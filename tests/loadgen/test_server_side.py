@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from tailwise.loadgen.http import NONCE_DIGITS, nonce_for
-from tailwise.loadgen.llm_stream import MALFORMED, Timings, classify, classify_answer
+from tailwise.loadgen.llm.stream import MALFORMED, Timings, classify, classify_answer
+from tailwise.loadgen.transport.http import NONCE_DIGITS, nonce_for
 
 LLAMA_TIMINGS = {
     "cache_n": 35,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailwise.loadgen.llm_stream import MALFORMED, classify
-from tailwise.loadgen.sse import SSEParser
+from tailwise.loadgen.llm.stream import MALFORMED, classify
+from tailwise.loadgen.transport.sse import SSEParser
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sse"
 

@@ -1,6 +1,6 @@
 """The fast path of a stream (compiled or pure Python) gives the records the full path gives.
 
-:func:`tailwise.loadgen.sse_fast.content` may decline any piece (``None``: the full
+:func:`tailwise.loadgen.transport.sse_fast.content` may decline any piece (``None``: the full
 SSE parser and classifier run instead), but what it accepts must be exactly what the
 full path would have read. Checked three ways: each accepted piece against
 :class:`SSEParser` + :func:`classify`; whole fixture streams cut at random places
@@ -20,16 +20,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tailwise.loadgen import http_conn, http_stream, sse_fast
-from tailwise.loadgen.llm_stream import Chunk, classify
-from tailwise.loadgen.sse import SSEParser
+from tailwise.loadgen.llm.stream import Chunk, classify
+from tailwise.loadgen.transport import http_conn, http_stream, sse_fast
+from tailwise.loadgen.transport.sse import SSEParser
 from tailwise.records import RecordBlock
 from tests.wire import FakeWire, hand_pool
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sse"
 SSE_FILES = sorted(FIXTURES.glob("*.sse"))
 try:
-    _sse_c: Any = importlib.import_module("tailwise.loadgen.sse_c")
+    _sse_c: Any = importlib.import_module("tailwise.loadgen.transport.sse_c")
     COMPILED, COMPILED_FINISH, COMPILED_CHUNK = _sse_c.content, _sse_c.finish, _sse_c.chunk
     COMPILED_USAGE = _sse_c.usage
 except ImportError:  # no compiler where this was installed: the Python path is still checked

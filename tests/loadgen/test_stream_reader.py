@@ -2,7 +2,7 @@
 
 Two layers. The Reader alone, on real loopback TCP sockets: what it books, what it hands
 back (bytes, times, hang-ups, errors), its bounds and its refusals. Then whole answers
-through :class:`~tailwise.loadgen.http.HttpTransport` against a small asyncio server, with
+through :class:`~tailwise.loadgen.transport.http.HttpTransport` against a small asyncio server, with
 the reader and without it (``TAILWISE_STREAM_READER=0``): the records must be the same in
 everything but the instants, and the instants must keep their invariants (the first
 token is the first chunk time, times never go back, every time lies in the request's
@@ -28,15 +28,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tailwise.loadgen import http_stream
-from tailwise.loadgen.answers import AnswerBook
-from tailwise.loadgen.http import HttpTransport
-from tailwise.loadgen.targets import parse_url
+from tailwise.loadgen.llm.answers import AnswerBook
+from tailwise.loadgen.transport import http_stream
+from tailwise.loadgen.transport.http import HttpTransport
+from tailwise.loadgen.transport.targets import parse_url
 from tailwise.records import ERROR_KINDS, RecordBlock
 from tests.loadgen.test_sse_fast import SSE_FILES, events_as_chunks, http_answer
 
 T = TypeVar("T")
-Reader: Any = getattr(http_stream.compiled_module("sse_c"), "Reader", None)
+Reader: Any = getattr(http_stream.compiled_module("transport.sse_c"), "Reader", None)
 pytestmark = pytest.mark.skipif(Reader is None, reason="no compiled stream reader (not Linux?)")
 
 

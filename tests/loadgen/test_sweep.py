@@ -151,7 +151,7 @@ def test_a_trial_stops_once_its_slo_is_certainly_lost(
 
 
 def test_loss_watch_budget_counts_certain_misses_only() -> None:
-    from tailwise.loadgen.watch import LossWatch
+    from tailwise.loadgen.engine.watch import LossWatch
     from tailwise.metrics.slo import parse_slo
     from tailwise.records import RecordBlock
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import tailwise
-from tailwise.loadgen.http_stream import StreamConn
+from tailwise.loadgen.transport.http_stream import StreamConn
 
 TOKENS = 40  # answers of 40 tokens, 20 ms apart: ~0.8 s in flight after the first token
 

@@ -1,7 +1,7 @@
 """The records writer's compiled formatter writes the same text as the Python one.
 
-:func:`tailwise.loadgen.writer.format_frame` formats a frame with ``writer_c.rows``
-where it is built; the reference is :func:`tailwise.loadgen.writer._format`, that is
+:func:`tailwise.loadgen.execute.writer.format_frame` formats a frame with ``writer_c.rows``
+where it is built; the reference is :func:`tailwise.loadgen.execute.writer._format`, that is
 :func:`tailwise.records.format_rows`. Checked on generated frames (absent values,
 extreme integers, every error kind, chunk times or none, the window's edges), on
 frames that do not add up (the compiled path declines them, the Python path decides),
@@ -22,11 +22,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailwise.loadgen import writer
-from tailwise.loadgen.sse_fast import compiled_module
+from tailwise.loadgen.execute import writer
+from tailwise.loadgen.transport.sse_fast import compiled_module
 from tailwise.records import INT_COLUMNS, read_jsonl
 
-_writer_c = compiled_module("writer_c")
+_writer_c = compiled_module("execute.writer_c")
 pytestmark = pytest.mark.skipif(_writer_c is None, reason="writer_c not built here")
 
 WIDTH = writer.WIDTH
@@ -168,7 +168,7 @@ def test_the_writer_process_writes_what_it_was_sent(tmp_path: Path) -> None:
     m[WIDTH - 2] = 0
     out = tmp_path / "records.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tailwise.loadgen.writer", str(out), "0", str(10**9)],
+        [sys.executable, "-m", "tailwise.loadgen.execute.writer", str(out), "0", str(10**9)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )

@@ -20,9 +20,9 @@ import pytest
 from rich.console import Console
 
 from tailwise.errors import BadInput
-from tailwise.loadgen.results import LIVE_METRICS, Progress
+from tailwise.loadgen.engine.watch import WATCH_COLUMNS, WATCHED_METRICS, LossWatch
+from tailwise.loadgen.execute.results import LIVE_METRICS, Progress
 from tailwise.loadgen.sweep import Step, step_row
-from tailwise.loadgen.watch import WATCH_COLUMNS, WATCHED_METRICS, LossWatch
 from tailwise.metrics import catalog, client, shape
 from tailwise.metrics.catalog import CATALOG, lookup, metric_bounds, slo_names
 from tailwise.metrics.client import ClientLag, LagSeries

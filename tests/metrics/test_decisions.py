@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from tailwise.loadgen.watch import plan_looks
+from tailwise.loadgen.engine.watch import plan_looks
 from tailwise.metrics.intervals import _overloaded, distribution_ci
 from tailwise.metrics.tail import regeneration
 from tailwise.metrics.uncertainty import (

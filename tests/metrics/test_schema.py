@@ -46,7 +46,7 @@ SUMMARY_PATH = (
     "metrics/reasoning.py",
     "loadgen/conclude.py",
     "loadgen/runner.py",
-    "loadgen/scale.py",
+    "loadgen/scale/driver.py",
     "loadgen/sweep.py",
     "loadgen/sweep_probe.py",
     "knee.py",

@@ -492,7 +492,7 @@ def test_an_answer_kept_for_the_next_turn_is_bounded(raw_server: Serve, tmp_path
 # gives way in proportion to the text (the lag itself is benchmarks/hostile_inputs.py's).
 def test_a_huge_exposition_is_read_in_slices_that_give_way() -> None:
     from tailwise.instrument.promtext import PACE_LINES, lines_of, parse_samples
-    from tailwise.loadgen import server_metrics
+    from tailwise.loadgen.observe import server_metrics
 
     lines = [f'vllm:num_requests_running{{engine="{i}"}} {i % 7}' for i in range(200_000)]
     text = "# HELP x\r\n" + "\n".join(lines) + "\r\nlast\u2028line\x0cend"

@@ -69,7 +69,7 @@ def test_the_limit_is_in_the_message(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_a_plan_at_the_limit_is_accepted(tmp_path: Path) -> None:
     """The bound is a bound, not a guess: exactly MAX_PLANNED_REQUESTS passes."""
-    from tailwise.loadgen.prepare import RunOptions, prepare
+    from tailwise.loadgen.prepare.plan import RunOptions, prepare
 
     n = limits.MAX_PLANNED_REQUESTS
     p = prepare(RunOptions(urls=[URL], rate=f"{n}/s", duration="1s", out=str(tmp_path)))

@@ -1,6 +1,6 @@
 """Long runs keep flat memory: finished blocks leave for disk and come back, bit for bit.
 
-The records of a run that spilled blocks (:mod:`tailwise.loadgen.spill`) must be
+The records of a run that spilled blocks (:mod:`tailwise.loadgen.execute.spill`) must be
 exactly those of ``records.jsonl`` and of a run kept whole in memory, with
 stream chunk times, an interruption, and the closed loop. The soak benchmark
 (``benchmarks/soak.py``) measures the memory itself over ten minutes.
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tailwise.loadgen import spill
+from tailwise.loadgen.execute import spill
 from tailwise.loadgen.runner import RunOptions, RunResult, execute, prepare
 from tailwise.loadgen.transport import FakeTransport
 from tailwise.records import COLUMNS, RecordBlock, Records, read_jsonl

@@ -28,9 +28,9 @@ from tailwise.arrivals import parse_schedule
 from tailwise.cli import main
 from tailwise.distributions import parse_distribution
 from tailwise.errors import BadInput
-from tailwise.loadgen import openai
+from tailwise.loadgen.llm import openai
 from tailwise.loadgen.sweep import parse_rates
-from tailwise.loadgen.targets import parse_header, parse_url, read_bodies_jsonl
+from tailwise.loadgen.transport.targets import parse_header, parse_url, read_bodies_jsonl
 from tailwise.metrics.slo import parse_slo
 from tailwise.proxy import faults
 from tailwise.records import read_jsonl

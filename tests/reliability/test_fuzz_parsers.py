@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 
 from tailwise.errors import BadInput
 from tailwise.files import safe_yaml
-from tailwise.loadgen.http_conn import Conn, ends_at_close
-from tailwise.loadgen.http_stream import StreamConn
-from tailwise.loadgen.llm_stream import classify
-from tailwise.loadgen.sse import SSEParser
+from tailwise.loadgen.llm.stream import classify
+from tailwise.loadgen.transport.http_conn import Conn, ends_at_close
+from tailwise.loadgen.transport.http_stream import StreamConn
+from tailwise.loadgen.transport.sse import SSEParser
 from tailwise.metrics.shape import check_summary
 from tailwise.metrics.slo import parse_slo
 from tailwise.records import ERROR_KINDS, RecordBlock

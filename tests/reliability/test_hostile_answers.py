@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import tailwise
-from tailwise.loadgen import results
-from tailwise.loadgen.llm_stream import MALFORMED, classify
-from tailwise.loadgen.sse import SSEParser
+from tailwise.loadgen.execute import results
+from tailwise.loadgen.llm.stream import MALFORMED, classify
+from tailwise.loadgen.transport.sse import SSEParser
 from tailwise.records import read_jsonl
 from tests.reliability.conftest import Answer
 
@@ -168,7 +168,7 @@ def test_a_killed_or_stopped_records_writer_loses_no_row(
             await w.drain()
 
     out = tmp_path / sig
-    target = f"tailwise.loadgen.writer {out}/records.jsonl"
+    target = f"tailwise.loadgen.execute.writer {out}/records.jsonl"
     timer = threading.Timer(
         0.8, subprocess.run, (["pkill", f"-{sig}", "-f", target],), {"check": False}
     )

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import tailwise
-from tailwise.loadgen import http_stream
+from tailwise.loadgen.transport import http_stream
 from tailwise.server import spawn
 
 pytestmark = pytest.mark.reliability

@@ -19,10 +19,10 @@ import pytest
 
 from tailwise.errors import EXCERPT_CHARS, BadInput, excerpt
 from tailwise.instrument.tracker import LatencyTracker
-from tailwise.loadgen import ray_workers
 from tailwise.loadgen.runner import RunOptions, execute, prepare
-from tailwise.loadgen.targets import parse_url, render
+from tailwise.loadgen.scale import ray_workers
 from tailwise.loadgen.transport import FakeTransport
+from tailwise.loadgen.transport.targets import parse_url, render
 from tests.clirun import run_cli
 
 pytestmark = pytest.mark.reliability

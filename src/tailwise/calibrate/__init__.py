@@ -30,7 +30,7 @@ from tailwise.calibrate.llm import fit_llm
 from tailwise.calibrate.steps import Step, load_steps
 from tailwise.errors import BadInput
 from tailwise.knee import knee_rps
-from tailwise.loadgen import apis
+from tailwise.loadgen.llm import apis
 from tailwise.plan.schema import Plan
 from tailwise.version import __version__
 

@@ -28,7 +28,7 @@ engine (HTTP, SSE framing) that every chunk of a stream carries.
   k is held at its value while the others are refined.
 
 What the server says of itself comes first (llama.cpp's ``llama-server``;
-see :mod:`tailwise.loadgen.server_props` and ``server.jsonl``):
+see :mod:`tailwise.loadgen.observe.server_props` and ``server.jsonl``):
 
 * its **slot count** (``-np``, from ``/props``) is max_num_seqs, not fitted;
 * its **schedule**: llama.cpp puts every decoding slot's next token and then
@@ -62,7 +62,7 @@ from tailwise.calibrate.generic import Fit
 from tailwise.calibrate.steps import Step
 from tailwise.errors import BadInput
 from tailwise.laws.llm import step_cost
-from tailwise.loadgen.server_props import LLAMA_CPP, LLAMA_CPP_BATCH_TOKENS
+from tailwise.loadgen.observe.server_props import LLAMA_CPP, LLAMA_CPP_BATCH_TOKENS
 
 UNBOUNDED_SEQS = 1024  # when no step saturated: no slot limit is in evidence
 MIN_SERVER_TIMINGS = 10  # requests with the server's prompt time, for a line through them

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from tailwise.errors import BadInput
-from tailwise.loadgen import apis
-from tailwise.loadgen.server_view import SERVER_FILE
+from tailwise.loadgen.llm import apis
+from tailwise.loadgen.observe.server_view import SERVER_FILE
 from tailwise.metrics.derive import latency_ns, service_ttft_ns, tpot_ns
 from tailwise.metrics.schema import Summary
 from tailwise.metrics.shape import read_summary

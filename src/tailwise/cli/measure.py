@@ -59,7 +59,7 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
         for line in _llm_lines(result.summary):
             click.echo(line, err=as_json)
         if "workers" in result.summary.sections:
-            from tailwise.loadgen.scale import workers_line
+            from tailwise.loadgen.scale.driver import workers_line
 
             click.echo(workers_line(result.summary.section("workers")), err=as_json)
     sys.exit(result.exit_code)
@@ -67,13 +67,13 @@ def run(urls: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) -> None:
 
 def _llm_lines(s: Summary) -> list[str]:
     """Token rates, reasoning and the server's own metrics, under the run's summary."""
-    from tailwise.loadgen.server_view import server_lines
+    from tailwise.loadgen.observe.server_view import server_lines
     from tailwise.metrics import reasoning, server
 
     summary = s.sections
     lines = server_lines(summary) + reasoning.text_lines(s.tokens, s.reasoning)
     if "sessions" in summary:
-        from tailwise.loadgen.sessions import text_lines
+        from tailwise.loadgen.engine.sessions import text_lines
 
         lines += text_lines(summary["sessions"])
     if "server_metrics" in summary:
@@ -83,7 +83,7 @@ def _llm_lines(s: Summary) -> list[str]:
 
         lines += gpu_lines(summary["gpu"])
     if "images" in summary:
-        from tailwise.loadgen.images import text_lines as image_lines
+        from tailwise.loadgen.prepare.images import text_lines as image_lines
 
         lines += image_lines(summary["images"])
     return lines
@@ -111,7 +111,7 @@ def _search_dir(opts: Any, checked: bool) -> tuple[Any, bool, dict[str, Any] | N
     early), and the preflight's outcome (one request per target, once for the search)."""
     import dataclasses
 
-    from tailwise.loadgen.prepare import watch_blind
+    from tailwise.loadgen.prepare.plan import watch_blind
     from tailwise.loadgen.runner import prepare, run_directory
 
     # Prepared once with a stand-in rate: checks every option before the first step.

@@ -11,7 +11,7 @@ import click
 
 from tailwise import arrivals
 from tailwise.errors import ExitCode
-from tailwise.loadgen import apis
+from tailwise.loadgen.llm import apis
 from tailwise.metrics.uncertainty import CONFIDENCE
 
 F = TypeVar("F", bound=Callable[..., Any])

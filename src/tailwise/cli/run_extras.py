@@ -28,7 +28,7 @@ def dashboard(port: int | None, title: str) -> Iterator[Any]:
     if port is None:
         yield None
         return
-    from tailwise.loadgen import live
+    from tailwise.loadgen.execute import live
     from tailwise.report.dashboard import Dashboard
 
     try:
@@ -49,7 +49,7 @@ def preflight(prepared: Any, checked: bool) -> dict[str, Any] | None:
     none); a failure raises PreflightFailed, which exits with its own code."""
     if not checked:
         return None
-    from tailwise.loadgen.preflight import check
+    from tailwise.loadgen.prepare.preflight import check
 
     o = prepared.opts
     if o.out:  # an occupied or read-only --out is bad input (exit 2): found before sending
@@ -60,8 +60,8 @@ def preflight(prepared: Any, checked: bool) -> dict[str, Any] | None:
 def shown_target(opts: Any) -> str:
     """The URLs as a run's outputs show them: the API's path, no credentials, query values
     masked (a gateway's ?key=...)."""
-    from tailwise.loadgen.openai import api_url
-    from tailwise.loadgen.targets import parse_url
+    from tailwise.loadgen.llm.openai import api_url
+    from tailwise.loadgen.transport.targets import parse_url
 
     urls = [api_url(u, opts.api) if opts.api else u for u in opts.urls]
     return ", ".join(parse_url(u).url for u in urls)

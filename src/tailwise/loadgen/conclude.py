@@ -4,7 +4,7 @@ The window is closed (at the plan's end, or where sending stopped), the
 records are gathered from the engine's blocks, summarized and judged by
 :mod:`tailwise.metrics.summary`, and ``summary.json`` and ``latency.hlog`` are
 written beside the ``records.jsonl`` and ``run.json`` the run already wrote.
-The scaled-out driver (:mod:`~tailwise.loadgen.scale`) concludes with the same
+The scaled-out driver (:mod:`~tailwise.loadgen.scale.driver`) concludes with the same
 pieces over the workers' merged records.
 """
 
@@ -19,12 +19,13 @@ from typing import Any
 import numpy as np
 
 from tailwise.files import OutputError, atomic_write_text
-from tailwise.loadgen import images, server_view
-from tailwise.loadgen.answers import AnswerBook
-from tailwise.loadgen.attack import Engine
-from tailwise.loadgen.execute import Executed, Outcome
-from tailwise.loadgen.prepare import Prepared, plan_window_end
-from tailwise.loadgen.sessions import SessionLoop, sessions_section
+from tailwise.loadgen.engine.attack import Engine
+from tailwise.loadgen.engine.sessions import SessionLoop, sessions_section
+from tailwise.loadgen.execute.local import Executed, Outcome
+from tailwise.loadgen.llm.answers import AnswerBook
+from tailwise.loadgen.observe import server_view
+from tailwise.loadgen.prepare import images
+from tailwise.loadgen.prepare.plan import Prepared, plan_window_end
 from tailwise.metrics import derive
 from tailwise.metrics.client import CLIENT_FILE, ClientLag, client_doc
 from tailwise.metrics.error_samples import ErrorSamples

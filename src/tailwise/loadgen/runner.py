@@ -2,10 +2,10 @@
 
 The stages, each a module a reader can follow downward:
 
-1. :mod:`~tailwise.loadgen.prepare`: options -> :class:`Prepared` (every input
+1. :mod:`~tailwise.loadgen.prepare.plan`: options -> :class:`Prepared` (every input
    validated before anything starts);
-2. :mod:`~tailwise.loadgen.execute` runs the plan in this process, or
-   :mod:`~tailwise.loadgen.scale` splits it across worker processes or Ray
+2. :mod:`~tailwise.loadgen.execute.local` runs the plan in this process, or
+   :mod:`~tailwise.loadgen.scale.driver` splits it across worker processes or Ray
    actors that each run the single-process engine;
 3. :mod:`~tailwise.loadgen.conclude`: summary, verdict and output files.
 
@@ -24,12 +24,12 @@ from typing import Any
 
 from tailwise.errors import BadInput
 from tailwise.loadgen.conclude import RunResult, conclude, write_summary
-from tailwise.loadgen.execute import execute_local, no_interrupts
-from tailwise.loadgen.gpu_metrics import GpuSampler
-from tailwise.loadgen.prepare import Prepared, RunOptions, prepare, run_directory
-from tailwise.loadgen.scale import execute_scaled
-from tailwise.loadgen.server_metrics import Scraper
-from tailwise.loadgen.server_props import probe
+from tailwise.loadgen.execute.local import execute_local, no_interrupts
+from tailwise.loadgen.observe.gpu_metrics import GpuSampler
+from tailwise.loadgen.observe.server_metrics import Scraper
+from tailwise.loadgen.observe.server_props import probe
+from tailwise.loadgen.prepare.plan import Prepared, RunOptions, prepare, run_directory
+from tailwise.loadgen.scale.driver import execute_scaled
 from tailwise.loadgen.transport import Transport
 
 __all__ = ["Prepared", "RunOptions", "RunResult", "execute", "prepare", "run", "run_directory"]

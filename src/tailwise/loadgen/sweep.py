@@ -251,7 +251,7 @@ def knee_trial(
     needs and one far from it ends soon. With a fixed duration and
     ``min_requests``, a trial's window stretches to hold at least that many
     requests at its rate. With ``stop_early``, a trial stops sending once an SLO
-    is certainly lost (:mod:`tailwise.loadgen.watch`). A sequential trial decides at
+    is certainly lost (:mod:`tailwise.loadgen.engine.watch`). A sequential trial decides at
     ``confidence`` (a steering trial of the knee search uses less; only a trial at the
     search's confidence is *firm*, see :mod:`tailwise.knee`). Trials that share a
     ``counter`` share one numbering (the knee's steering and settling trials: "trial 7"

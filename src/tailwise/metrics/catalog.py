@@ -6,22 +6,22 @@ by, how its per-request values are derived (a function of
 label, whether only LLM runs have it, how the client's lag bounds the server's
 value, and where it appears. Every table that lists metrics is read from here:
 
-=======================  ===============================================================
-reader                   what it takes
-=======================  ===============================================================
-``metrics.slo``          :func:`slo_names` (parsing), :func:`lookup` (values, LLM-only)
-``metrics.summary``      :func:`distributions`, :func:`summary_sample` (one key each)
-``metrics.intervals``    :func:`summary_sample` (each distribution's interval), values
-``metrics.shape``        every ``summary_key`` (checked when a summary is read back)
-``metrics.catalog``      :func:`metric_bounds` / :func:`bounds_view` (the ``bounds`` rule)
-``report.text``/``html`` ``report_row``: a row of the distribution table
-``report.compare``       ``compare`` (rows of ``tailwise compare``), ``sweep_step``
-``loadgen.sweep``        ``sweep_step``: p50/p90/p99 in each step row of sweep.json
-``report.charts``/plot   ``chart``: a panel or series, with its SLOs' threshold lines
-``report.export``        ``export``: a derived column of the CSV/Parquet export
-``loadgen.watch``        ``watch_end``: the loss watch may stop a run on it
-``loadgen.results``      ``live``: its p99 on the live line when an SLO names it
-=======================  ===============================================================
+===========================  ===============================================================
+reader                       what it takes
+===========================  ===============================================================
+``metrics.slo``              :func:`slo_names` (parsing), :func:`lookup` (values, LLM-only)
+``metrics.summary``          :func:`distributions`, :func:`summary_sample` (one key each)
+``metrics.intervals``        :func:`summary_sample` (each distribution's interval), values
+``metrics.shape``            every ``summary_key`` (checked when a summary is read back)
+``metrics.catalog``          :func:`metric_bounds` / :func:`bounds_view` (the ``bounds`` rule)
+``report.text``/``html``     ``report_row``: a row of the distribution table
+``report.compare``           ``compare`` (rows of ``tailwise compare``), ``sweep_step``
+``loadgen.sweep``            ``sweep_step``: p50/p90/p99 in each step row of sweep.json
+``report.charts``/plot       ``chart``: a panel or series, with its SLOs' threshold lines
+``report.export``            ``export``: a derived column of the CSV/Parquet export
+``loadgen.engine.watch``     ``watch_end``: the loss watch may stop a run on it
+``loadgen.execute.results``  ``live``: its p99 on the live line when an SLO names it
+===========================  ===============================================================
 
 Adding a metric is one entry here plus its derivation in ``derive``
 (docs/architecture.md, "Add a metric"). A name the catalog does not hold is an

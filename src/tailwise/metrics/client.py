@@ -21,7 +21,7 @@ catalog entry).
 
 The receive lag of a read at run time ``t`` comes from a :class:`LagSeries`:
 the loop's lateness, sampled by a periodic probe (see
-:mod:`tailwise.loadgen.looplag`), as the maximum per slice of run time. A read
+:mod:`tailwise.loadgen.execute.looplag`), as the maximum per slice of run time. A read
 at ``t`` is bounded by the slices around it plus one probe period.
 """
 

@@ -1,6 +1,6 @@
 """GPU telemetry read during a run: one sample's per-GPU values, checked and bounded.
 
-Two sources produce the same shape (see :mod:`tailwise.loadgen.gpu_metrics`):
+Two sources produce the same shape (see :mod:`tailwise.loadgen.observe.gpu_metrics`):
 NVML on the machine tailwise runs on, and a DCGM exporter's Prometheus text
 (:func:`read_dcgm`). A sample is a list of GPUs, each a dict of the keys in
 :data:`BOUNDS` that the source had (a field the GPU does not support is left

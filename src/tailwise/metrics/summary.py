@@ -63,7 +63,7 @@ class RunInfo:
     rows_on_disk: int | None = None  # rows the records writer reported, when there is one
     llm: bool = False
     # Two-sided level of every interval; a sequential run lowers each look's error
-    # (see tailwise.loadgen.watch.Sequential) and says so in ``sequential``.
+    # (see tailwise.loadgen.engine.watch.Sequential) and says so in ``sequential``.
     confidence: float = CONFIDENCE
     sequential: dict[str, Any] | None = None
     # Sections added by name after the typed ones, in this order (warmup, workers, sim...).

@@ -4,7 +4,7 @@ A small HTTP server on 127.0.0.1 (a thread of the client process: one JSON
 answer of a few kB a second, nothing on the hot path) serves one
 self-contained page (no CDN) and ``/data``. The page asks for ``/data`` every
 second and draws, from the figures the live line publishes
-(:mod:`tailwise.loadgen.live`): the offered and achieved rate, requests in
+(:mod:`tailwise.loadgen.execute.live`): the offered and achieved rate, requests in
 flight, the latency's p99 and the p99 of each SLO's own metric (TTFT, TPOT,
 service), errors, the client's send lag, and the trials or steps so far with
 their verdicts. Everything from a run is set as text (``textContent``), never
@@ -65,7 +65,7 @@ class Dashboard:
         return f"http://{HOST}:{self.server.server_address[1]}/"
 
     def add(self, snapshot: dict[str, Any]) -> None:
-        """A live-line snapshot (a :mod:`tailwise.loadgen.live` listener)."""
+        """A live-line snapshot (a :mod:`tailwise.loadgen.execute.live` listener)."""
         point = {k: v for k, v in snapshot.items() if isinstance(v, int | float | str | None)}
         point["t_s"] = round(time.monotonic() - self.started, 3)
         with self.lock:
