@@ -15,7 +15,10 @@ The rules, each its own test:
 * no private name (``_x``, not a dunder) imported from another module;
 * imports point downward across :data:`LAYERS` (within one unit, or within a
   layer, anything goes), and every module is placed in a layer;
-* engines never import each other.
+* engines never import each other;
+* inside ``loadgen``, imports point downward across its stages
+  (:data:`LOADGEN_STAGES`: llm, transport, engine, ..., runner, sweep), and every
+  loadgen module is in one.
 
 The self-tests at the bottom build a small package in ``tmp_path`` with one of
 each violation and check that the checker reports exactly those.
@@ -74,6 +77,22 @@ LAYERS: Layers = (
     ("L4 edge", ("tailwise.cli", "tailwise.demo", "tailwise", "tailwise.__main__")),
 )
 ENGINES = "L2 engines"
+
+# Inside the load generator, its stages as sub-packages (docs/architecture.md, "The load
+# generator, downward"), lowest first, read by the same checker: a stage imports its own
+# sub-package and the stages below it, never one above. Change both together.
+LOADGEN_STAGES: Layers = (
+    ("llm", ("tailwise.loadgen.llm",)),  # what a server is asked and answers; sends nothing
+    ("transport", ("tailwise.loadgen.transport",)),  # the Transport seam, HTTP beneath it
+    ("engine", ("tailwise.loadgen.engine",)),  # the loop: engines, sessions, the loss watch
+    ("observe", ("tailwise.loadgen.observe",)),  # the server beside the load: metrics, GPUs
+    ("prepare", ("tailwise.loadgen.prepare",)),  # options -> Prepared, the bodies, preflight
+    ("execute", ("tailwise.loadgen.execute",)),  # one process: results, writer, spill, live
+    ("conclude", ("tailwise.loadgen.conclude",)),  # summary, verdict, files
+    ("scale", ("tailwise.loadgen.scale",)),  # the same engine across workers
+    ("runner", ("tailwise.loadgen.runner",)),  # chooses; run() is the Python API
+    ("sweep", ("tailwise.loadgen.sweep", "tailwise.loadgen.sweep_probe")),  # a run per rate
+)
 
 
 @dataclass(frozen=True)
@@ -357,6 +376,21 @@ def test_imports_point_downward(tailwise_graph: tuple[list[str], list[Edge]]) ->
 
 def test_engines_do_not_import_each_other(tailwise_graph: tuple[list[str], list[Edge]]) -> None:
     _fail("imports between engines", engine_imports(tailwise_graph[1], LAYERS, ENGINES))
+
+
+def test_every_loadgen_module_has_a_stage(tailwise_graph: tuple[list[str], list[Edge]]) -> None:
+    inside = [m for m in tailwise_graph[0] if m.startswith("tailwise.loadgen.")]
+    _fail(
+        "loadgen modules in no stage",
+        [
+            f"{m}: add it to LOADGEN_STAGES (and docs/architecture.md)"
+            for m in unplaced(inside, LOADGEN_STAGES)
+        ],
+    )
+
+
+def test_loadgen_stages_point_downward(tailwise_graph: tuple[list[str], list[Edge]]) -> None:
+    _fail("imports pointing up loadgen's stages", upward_imports(tailwise_graph[1], LOADGEN_STAGES))
 
 
 # -- the checker, proven on a small package --------------------------------------------
