@@ -43,7 +43,7 @@ def demo_target() -> Iterator[Callable[..., str]]:
     """``demo_target("http", "--workers", "4")`` -> base URL of ``tailwise serve-demo``."""
     from tailwise.server import spawn_demo
 
-    with _servers(lambda kind, *a: spawn_demo(kind, *a, lifetime="180s")) as url:
+    with _servers(lambda kind, *a: spawn_demo(kind, *a, lifetime="300s")) as url:
         yield url
 
 
