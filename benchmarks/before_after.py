@@ -21,7 +21,7 @@ Usage::
 
     git worktree add --detach /tmp/before REV
     (cd /tmp/before && python setup.py build_ext --inplace)
-    python benchmarks/before_after.py --before /tmp/before [--rounds 3] [--rate 4000]
+    python benchmarks/before_after.py --before /tmp/before [--rounds 8] [--rate 2000]
 
 Loopback only; every server stops by itself.
 """
@@ -110,13 +110,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--before", type=Path, required=True)
     ap.add_argument("--after", type=Path, default=ROOT)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--rate", type=int, default=4000)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--rate", type=int, default=2000)
+    ap.add_argument("--workloads", default="http,stream", help="comma-separated: http, stream")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
+    workloads = [w for w in args.workloads.split(",") if w]
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
-        w: {side: [] for side in trees} for w in ("http", "stream")
+        w: {side: [] for side in trees} for w in workloads
     }
     demo, demo_url = spawn_demo("http", "--workers", "4", "--service", "1ms", lifetime="1200s")
     lab, lab_url = spawn("tailwise.server.stream_lab", "--ttft", "50ms", "--itl", "10ms",
@@ -128,8 +130,11 @@ def main() -> None:
                 order = list(trees) if k % 2 == 0 else list(reversed(trees))
                 for side in order:
                     out = Path(tmp) / f"{side}-{k}"
-                    runs["http"][side].append(http_run(trees[side], demo_url, args.rate, out / "h"))
-                    runs["stream"][side].append(stream_run(trees[side], lab_url, out / "s"))
+                    if "http" in runs:
+                        got = http_run(trees[side], demo_url, args.rate, out / "h")
+                        runs["http"][side].append(got)
+                    if "stream" in runs:
+                        runs["stream"][side].append(stream_run(trees[side], lab_url, out / "s"))
                     done = {w: runs[w][side][-1] for w in runs}
                     print(f"round {k + 1} {side}: {done}", file=sys.stderr, flush=True)
     finally:
