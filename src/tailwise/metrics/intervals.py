@@ -163,7 +163,7 @@ def distribution_ci(
         return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, "no values")}
     regen = regeneration(idle, x) if idle is not None and len(idle) == len(x) else None
     heavy = refuse_tail(x, regen)
-    if heavy:  # every interval under-covers then, the median's too (see refuse_tail)
+    if heavy and refuse_tail(x, regen, 0.5):  # every interval under-covers, the median's too
         return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, heavy)}
     confidence = quantiles.confidence if quantiles else CONFIDENCE
     cycles = _regenerative(x, idle, confidence)
@@ -181,6 +181,8 @@ def distribution_ci(
         if by_cycles is not None:  # the wider of the two where both exist
             lo, hi = (b / scale for b in by_cycles)
             pair = [lo, hi] if pair is None else [min(pair[0], lo), max(pair[1], hi)]
+        if heavy and key != "p50":  # a heavy bare service: all but the median declined
+            pair, e = None, Estimate(e.value, e.lo, e.hi, False, heavy)
         ci[key] = pair
         if pair is None:
             notes[key] = e.reason
@@ -338,7 +340,7 @@ def _slo_estimate(
         decided = judge(e if decide_at == e.confidence else mean_ci(x, decide_at),
                         slo.threshold, "<=")  # fmt: skip
         heavy = refuse_tail(x, regen) if decided == "pass" else ""
-        if heavy:
+        if heavy:  # the mean: q None, a heavy bare service refuses it too
             return _in_ms(e), "inconclusive", heavy
         return _in_ms(e), decided, e.reason
     q = float(slo.stat[1:]) / 100.0
@@ -357,7 +359,7 @@ def _settle(
     overloaded queue is shown to fail, a heavy tail is never passed."""
     if decided == "inconclusive" and _overloaded(x, threshold, needed):
         return "fail", RISING_NOTE
-    heavy = refuse_tail(x, regen) if decided == "inconclusive" else ""
+    heavy = refuse_tail(x, regen, needed) if decided == "inconclusive" else ""
     if heavy:
         return "inconclusive", heavy
     return decided, note
