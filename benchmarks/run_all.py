@@ -22,8 +22,7 @@ BENCHMARKS = [
     ["scale_local.py", "--write-docs"],
     ["reliability_table.py", "--write-docs"],
     ["ci_coverage.py", "--write-docs"],  # about four minutes on two cores
-    ["validation_grid.py", "--write-docs"],  # 26 min on two cores (+10 once: the truth)
-    ["service_guard.py", "--write-docs"],  # the grid's stored runs re-judged; minutes
+    ["validation_grid.py", "--write-docs"],  # ~30 min on two cores (+10 once: the truth)
     ["soak.py", "--write-docs"],  # ten minutes
 ]
 

@@ -68,6 +68,7 @@ from tailwise.metrics.uncertainty import (
     quantile_cis,
     rate_ci,
     refuse_tail,
+    tail_refusal,
     threshold_share_ci,
     value_inflation,
     wilson_interval,
@@ -162,8 +163,9 @@ def distribution_ci(
     if len(x) == 0:
         return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, "no values")}
     regen = regeneration(idle, x) if idle is not None and len(idle) == len(x) else None
-    heavy = refuse_tail(x, regen)
-    if heavy and refuse_tail(x, regen, 0.5):  # every interval under-covers, the median's too
+    refusal = tail_refusal(x, regen)
+    heavy = refusal.reason()
+    if heavy and refusal.reason(0.5):  # every interval under-covers, the median's too
         return {"ci": dict.fromkeys(CI_KEYS), "ci_note": dict.fromkeys(CI_KEYS, heavy)}
     confidence = quantiles.confidence if quantiles else CONFIDENCE
     cycles = _regenerative(x, idle, confidence)
