@@ -115,7 +115,11 @@ def test_every_request_accounted_and_the_truth_matched(
         assert set(kinds) <= EXPECTED_KINDS[outcome], (outcome, kinds)
     assert check.causal and check.delay_honoured
     assert check.latency_p99_ms is not None and check.truth_p99_ms is not None
-    assert check.latency_p99_ms == pytest.approx(check.truth_p99_ms, rel=0.05, abs=5.0)
+    # The truth adds the median client-side gap; the client's late reads add to its tail,
+    # and the client measures how late it read (beside four CPU-bound processes: 9.4 ms
+    # at p99, its latency p99 5.5 ms over the truth's). Allowed on top of 5 ms.
+    late_ms = s["generator"].get("recv_lag_p99_ms") or 0.0
+    assert check.latency_p99_ms == pytest.approx(check.truth_p99_ms, rel=0.05, abs=5.0 + late_ms)
     if fault == "stall-timeout":  # the client gave up; the proxy saw it leave ...
         closed = check.outcomes["client_closed"]
         # ... or let the answer go just as it left (the race EXPECTED_KINDS allows: 5 of

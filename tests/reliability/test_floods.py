@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -79,6 +80,14 @@ def get(port: int, path: str, timeout_s: float) -> bytes:
         return got
 
 
+def stop_bound_s() -> float:
+    """:data:`STOP_S`, stretched by how oversubscribed the machine is (1-minute load
+    average over cores, when above 1): beside four CPU-bound processes on 2 cores the
+    demo server took 4.6 s to exit, its shutdown's work unchanged, its share of a core
+    about a third. On a machine with a core to spare the bound is the documented 4 s."""
+    return STOP_S * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
 def stop(proc: subprocess.Popen[str]) -> tuple[int, float]:
     """SIGTERM; (exit code, seconds to exit)."""
     t0 = time.monotonic()
@@ -133,7 +142,7 @@ def test_the_proxy_reads_a_deep_pipeline_no_further_than_32_requests_ahead(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    assert rc == 0 and stop_s < STOP_S, (rc, stop_s)
+    assert rc == 0 and stop_s < stop_bound_s(), (rc, stop_s, os.getloadavg())
     held = Counter(r["conn"] for r in truth_rows(truth, "request") if r["outcome"] == "unfinished")
     assert len(held) == FLOOD and max(held.values()) == 32, held.most_common(3)
     # 600,000 requests were sent; 9,600 were read. Before: 1,000,000 parsed for 500 connections,
@@ -248,7 +257,7 @@ def test_serve_demo_stops_on_sigterm_under_a_flood() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert rc == 0 and stop_s < STOP_S, (rc, stop_s)
+    assert rc == 0 and stop_s < stop_bound_s(), (rc, stop_s, os.getloadavg())
 
 
 # Out of descriptors: with a 200-file limit the proxy caps itself at (200 - 64) / 2 = 68
