@@ -66,7 +66,9 @@ def test_the_dashboard_shows_live_figures_that_change(
         second = _dom(page)
     finally:
         _, err = proc.communicate(timeout=60)
-    assert proc.returncode in (0, 5), err
+    # pass, fail or inconclusive: a verdict, whichever the machine's load made it (niced
+    # beside four CPU-bound processes the 5 ms demo's p99 passed 200 ms); not a crash
+    assert proc.returncode in (0, 1, 5), err
     for seen in (first, second):
         assert seen["status"] in ("running", "finished"), seen
         assert seen["rate"].startswith("100/s -> ") and seen["rate"].endswith("/s"), seen

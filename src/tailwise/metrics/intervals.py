@@ -53,6 +53,8 @@ from tailwise.metrics.steady import steady_state
 from tailwise.metrics.tail import Regeneration, idle_on_arrival, regeneration
 from tailwise.metrics.uncertainty import (
     CONFIDENCE,
+    GRADED_NOTE,
+    HEAVY_NOTES,
     MIN_BATCHES,
     MIN_EFFECTIVE,
     MIN_REGEN_BEYOND,
@@ -349,8 +351,10 @@ def _slo_estimate(
     (e,) = quantiles(x, [q])
     share, level, decided = decide_within(x, slo.threshold, q, decide_at, regen)
     within[slo.spec] = (share, q, level.value)
-    # A pass by the tail model says so, over the quantile's own "n too small".
-    note = share.reason if share.reason.startswith(TAIL_NOTE) else e.reason or share.reason
+    # A pass by the tail model, or with a heavy service's margin, says so, over the
+    # quantile's own "n too small".
+    own = share.reason.startswith((TAIL_NOTE, GRADED_NOTE))
+    note = share.reason if own else e.reason or share.reason
     return _in_ms(e), *_settle(x, slo.threshold, q, decided, note, regen)
 
 
@@ -420,7 +424,9 @@ def _slos(
             continue
         within: dict[str, tuple[Estimate, float, float]] = {}
         e, decided, note = _slo_estimate(r, slo, window_rows, rates, memo, within)
-        entry["ci"] = _pair(e) if e is not None else None
+        # A tail refused (heavy) has no interval here either, as in its distribution's row.
+        refused = note.startswith(HEAVY_NOTES) and decided == "inconclusive"
+        entry["ci"] = _pair(e) if e is not None and not refused else None
         entry["decided"] = decided
         if slo.implicit:  # no claim was asked for: the default sanity check is the sample's
             entry["decided"] = "pass" if entry["passed"] else "fail"

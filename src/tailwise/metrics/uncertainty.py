@@ -109,6 +109,8 @@ HEAVY_SERVICE_MARGIN = 1.1
 NS_PER_S = 1e9
 
 TAIL_NOTE = "decided by the tail model"  # how a pass by :mod:`tailwise.metrics.tail` begins
+HEAVY_NOTES = ("heavy tail", "heavy service")  # how a refusal (:func:`tail_refusal`) begins
+GRADED_NOTE = "heavy service, passed with its margin"  # how a :func:`_graded_pass` note begins
 Verdict = Literal["pass", "fail", "inconclusive"]
 
 
@@ -715,8 +717,17 @@ def decide_within(
     refusal = tail_refusal(values, regen)
     if len(values) * min(q, 1 - q) < MIN_TAIL or refusal.values:
         return share, quantile, "inconclusive" if verdict == "pass" else verdict
-    if refusal.reason(q) and verdict == "pass" and not _graded_pass(quantile, threshold, q, regen):
-        return share, quantile, "inconclusive"
+    if refusal.reason(q) and verdict == "pass":
+        if regen is None or not _graded_pass(quantile, threshold, q, regen):
+            return share, quantile, "inconclusive"
+        note = (
+            f"{GRADED_NOTE}: the requests that found the system empty fall off "
+            f"{_service_heaviness(regen):.2g}x slower than an exponential service "
+            f"(under {HEAVY_SERVICE_STRONG:g}), and the quantile's upper bound sits "
+            f"{HEAVY_SERVICE_MARGIN:g}x under the threshold, room for a sample short of "
+            "the rarest long jobs"
+        )
+        return replace(share, reason=note), quantile, "pass"
     if verdict == "inconclusive":
         bound = _tail_bound(values, threshold, q, confidence, regen)
         if bound is not None and bound <= 1.0 - q:

@@ -40,7 +40,12 @@ from typing import Any
 
 from tailwise.errors import ExitCode
 from tailwise.metrics.schema import Summary
-from tailwise.metrics.uncertainty import CONFIDENCE
+from tailwise.metrics.uncertainty import (
+    CONFIDENCE,
+    HEAVY_NOTES,
+    HEAVY_SERVICE_MARGIN,
+    HEAVY_SERVICE_STRONG,
+)
 
 UNREACHABLE_KINDS = frozenset({"connect", "tls"})
 FD_EXHAUSTED = ("too many open files",)
@@ -246,6 +251,18 @@ def _undecided(
     for j, d, entry in zip(judged, decided, entries, strict=False):
         if d == "pass":
             continue
+        note = entry.get("ci_note") or ""
+        heavy = next((h for h in HEAVY_NOTES if note.startswith(h)), "")
+        if heavy:  # more requests would not decide it: say why, not "measure longer"
+            return Verdict(
+                "inconclusive",
+                f"{j.spec} undecided: measured {_value_text(entry)}; {heavy}: the tail "
+                "rests on long jobs rarer than this run holds",
+                "undecided",
+                "a longer run decides only a p99 (or lower) under a service that reads "
+                f"under {HEAVY_SERVICE_STRONG:g}x, with a {HEAVY_SERVICE_MARGIN:g}x margin "
+                "(docs/metrics.md, heavy tail); the SLO's ci_note says what was read",
+            )
         return Verdict(
             "inconclusive",
             f"{j.spec} undecided: {_evidence_text(entry, confidence)}",

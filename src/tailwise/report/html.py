@@ -137,18 +137,35 @@ def _slo_shown(slo: SloEntry) -> str:
     return f"{value:.1f}/s"
 
 
+def _slo_bound(slo: SloEntry, x: float | None) -> str:
+    """One end of an SLO's interval in the entry's unit (an open end: unbounded)."""
+    if x is None:
+        return "∞" if slo.kind == "objective" else "-"
+    if slo.kind == "objective":
+        return ms(x)
+    if slo.kind == "deadline" or slo.spec.lstrip().startswith(("error", "attain", "rate")):
+        return f"{x:.2%}"
+    return f"{x:.1f}/s"
+
+
 def slo_table(s: Summary) -> str:
+    """Each SLO with the verdict its sample supports (not its point estimate's: a green
+    "pass" under an INCONCLUSIVE run would contradict the verdict line), its interval and,
+    where it has one, why the interval is missing or how the verdict was reached."""
     rows = []
     for slo in s.slos:
-        mark = "pass" if slo.passed else "fail"
+        mark = slo.decided or ("pass" if slo.passed else "fail")
+        ci = slo.ci
+        shown = "-" if ci is None else f"{_slo_bound(slo, ci[0])} - {_slo_bound(slo, ci[1])}"
         rows.append(
-            f"<tr><td><code>{esc(slo.spec)}</code></td><td>{esc(slo.kind)}</td>"
-            f"<td>{_slo_shown(slo)}</td><td class='{mark}'>{mark}</td></tr>"
+            f"<tr data-slo='{esc(slo.spec)}'><td><code>{esc(slo.spec)}</code></td>"
+            f"<td>{esc(slo.kind)}</td><td>{_slo_shown(slo)}</td><td>{shown}</td>"
+            f"<td class='{esc(mark)}'>{esc(mark)}</td>"
+            f"<td class='note' style='text-align:left'>{esc(slo.ci_note or '')}</td></tr>"
         )
     return (
-        "<table class='slos'><tr><th>SLO</th><th>kind</th><th>value</th><th></th></tr>"
-        + "".join(rows)
-        + "</table>"
+        "<table class='slos'><tr><th>SLO</th><th>kind</th><th>value</th><th>interval</th>"
+        "<th>decided</th><th style='text-align:left'>why</th></tr>" + "".join(rows) + "</table>"
     )
 
 

@@ -15,7 +15,7 @@ from rich.text import Text
 from tailwise.metrics.catalog import CATALOG
 from tailwise.metrics.percentiles import percentile_key
 from tailwise.metrics.schema import Generator, LittlesLaw, Section, SloEntry, SteadyState, Summary
-from tailwise.metrics.uncertainty import CONFIDENCE
+from tailwise.metrics.uncertainty import CONFIDENCE, GRADED_NOTE, HEAVY_NOTES, HEAVY_SERVICE_MARGIN
 
 DIST_ROWS = tuple((m.label, m.summary_key) for m in CATALOG if m.report_row)
 _COLS = (
@@ -151,10 +151,15 @@ def _rates(s: Summary) -> Text:
 WIDE = 100  # columns from which an interval shows 3 significant digits and "n too small"
 
 
-def _span(pair: Sequence[float | None] | None, wide: bool) -> str:
+def _span(pair: Sequence[float | None] | None, wide: bool, why: str = "") -> str:
     """An interval in ms, rounded outwards: ``5.66-6.21``, ``1.20-1.31s``; unsupported (null):
-    ``n too small`` (``too few`` when narrow, 2 significant digits, to fit 80 columns)."""
+    ``n too small`` (``too few`` when narrow, 2 significant digits, to fit 80 columns), or
+    ``heavy tail`` / ``heavy service`` (``heavy``) when ``why`` (its ``ci_note``) is a
+    heavy tail's refusal: more data would not bring it."""
     if pair is None:
+        heavy = next((h for h in HEAVY_NOTES if why.startswith(h)), "")
+        if heavy:
+            return heavy if wide else "heavy"
         return "n too small" if wide else "too few"
     lo, hi = (0.0 if x is None and i == 0 else x for i, x in enumerate(pair))
     if hi is None:
@@ -210,7 +215,8 @@ def _distributions(s: Summary, wide: bool = True) -> Table:
             table.add_row(label, *[_ms(d.get(k)) for _, k in cols], str(d.count))
             ci = d.ci
             if ci and d.count:
-                cells = [_span(ci.get(k), wide) if k in ci else "" for _, k in cols]
+                why = d.ci_note or {}
+                cells = [_span(ci.get(k), wide, why.get(k, "")) if k in ci else "" for _, k in cols]
                 table.add_row(Text(f" {level}", "dim"), *[Text(c, "dim") for c in cells], "")
     return table
 
@@ -287,7 +293,13 @@ def _slo_interval(t: Text, slo: SloEntry, confidence: float, used: int) -> None:
         shown = f"{level} {_slo_span(slo, ci)}"
     inconclusive = slo.decided == "inconclusive"
     within = slo.within
-    if inconclusive and within is not None and within.ci:
+    why = slo.ci_note or ""
+    heavy = next((h for h in HEAVY_NOTES if why.startswith(h)), "")
+    if inconclusive and heavy:  # more data would not decide it: say why, not the share
+        shown = f"{heavy}: its tail may rest on jobs rarer than this run holds"
+    elif slo.decided == "pass" and why.startswith(GRADED_NOTE):
+        shown += f", heavy service: passed {HEAVY_SERVICE_MARGIN:g}x under"
+    elif inconclusive and within is not None and within.ci:
         lo, hi = within.ci
         shown = (
             f"{_x100(within.share):.2f}% ≤ {within.threshold_ms:.4g}ms, {level} "
