@@ -310,3 +310,27 @@ def test_a_signal_before_the_clock_starts_books_nothing_as_due(tmp_path: Path) -
     assert s["interrupted"] and s["verdict_reason"] == "interrupted: SIGINT at start-up"
     assert s["requests"]["scheduled"] == 0 and s["requests"]["accounted"]
     assert s["requests"]["warmup"]["scheduled"] == 0  # no row invented as "due"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="no POSIX scheduling policies")
+def test_the_writer_yields_while_the_run_sends_and_is_woken_to_finish(tmp_path: Path) -> None:
+    """The writer runs SCHED_IDLE (it must never delay the pacer); once the run has
+    sent and drained, close() gives it a normal policy back where permitted: beside four
+    CPU-bound processes an idle writer got no CPU and every run waited its WAIT_S."""
+    sink = results.RecordSink(tmp_path / "records.jsonl", (0, 10**9))
+
+    async def policies() -> tuple[int, bool, int, int]:
+        await sink.open()
+        pid = sink.proc.pid
+        sending = os.sched_getscheduler(pid)
+        woken = sink.wake_writer()
+        after, nice = os.sched_getscheduler(pid), os.getpriority(os.PRIO_PROCESS, pid)
+        await sink.close()
+        return sending, woken, after, nice
+
+    sending, woken, after, nice = asyncio.run(policies())
+    assert sink.wait() == 0  # it finished the (empty) file and said so
+    assert sending == os.SCHED_IDLE
+    if not woken:
+        pytest.skip("this process may not raise a SCHED_IDLE child's policy")
+    assert after == os.SCHED_OTHER and nice == 19  # normal policy, still last in line
