@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tailwise.cli import main
+from tailwise.metrics.shape import read_summary
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -18,6 +19,15 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     code = exited.value.code
     assert isinstance(code, int)
     return code, out, err
+
+
+def oversubscribed(run_dir: Path) -> bool:
+    """Whether the run's client saw a 1-minute load average above the machine's cores
+    (its summary's ``generator.load``): where an honest "invalid" from the client's own
+    lag or shortfall is what the machine can tell."""
+    load = read_summary(run_dir / "summary.json", str(run_dir)).generator.load
+    avg, cores = load.get("load_avg_1m"), load.get("cores")
+    return avg is not None and cores is not None and float(avg) > float(cores)
 
 
 def wait_until_sending(out_dir: Path, timeout_s: float = 60.0) -> None:

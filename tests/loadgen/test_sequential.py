@@ -17,7 +17,7 @@ import pytest
 from tailwise.loadgen.engine.watch import FIRST_LOOK, plan_looks
 from tailwise.loadgen.runner import RunOptions, execute, prepare
 from tailwise.loadgen.transport import FakeTransport
-from tests.clirun import run_cli
+from tests.clirun import oversubscribed, run_cli
 
 MS = 1_000_000
 
@@ -34,14 +34,6 @@ def test_looks_double_and_spend_the_error_by_size() -> None:
     assert looks.confidence == looks.confidences[-1] == pytest.approx(1 - 0.05 * 3000 / total)
     assert plan_looks(100.0).sizes == () and plan_looks(100.0).confidence == pytest.approx(0.95)
     assert sum(1 - c for c in plan_looks(3000.0, 0.8).confidences) == pytest.approx(0.2)
-
-
-def _oversubscribed(s: dict[str, object]) -> bool:
-    """Whether the run's client saw a 1-minute load average above the machine's cores."""
-    g = s["generator"]
-    assert isinstance(g, dict)
-    avg, cores = g.get("load_avg_1m"), g.get("cores")
-    return avg is not None and cores is not None and float(avg) > float(cores)
 
 
 def _summary(out: Path) -> dict[str, object]:
@@ -135,7 +127,7 @@ def test_a_threshold_at_the_true_quantile_runs_to_the_cap_and_is_inconclusive(
     seq = s["sequential"]
     assert isinstance(seq, dict)
     assert seq["reached_cap"] and seq["settled"] is None
-    if code == 3 and s["verdict_cause"] == "client" and _oversubscribed(s):
+    if code == 3 and s["verdict_cause"] == "client" and oversubscribed(out):
         # Beside four CPU-bound processes (load 6.1 on 2 cores) the client's own lags
         # (send 6 ms, receive 8.8 ms at p99) could flip a p90 measured at 25.2 ms, and it
         # says so: an honest "invalid", which is what such a machine can tell.

@@ -13,7 +13,7 @@ from tailwise.cli import main
 from tailwise.errors import BadInput
 from tailwise.loadgen.runner import RunOptions
 from tailwise.loadgen.sweep import Sweep, parse_rates
-from tailwise.metrics.shape import read_summary
+from tests.clirun import oversubscribed
 
 
 def test_parse_rates() -> None:
@@ -73,20 +73,13 @@ def test_knee_cli_finds_the_mmc_knee_within_10_percent(
     assert exited.value.code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc == json.loads((tmp_path / "knee.json").read_text())
-    busy = max(_oversubscribed(Path(t["directory"])) for t in doc["trials"])
+    busy = max(oversubscribed(Path(t["directory"])) for t in doc["trials"])
     assert truth * (0.8 if busy else 0.9) <= doc["knee_rps"] <= truth * 1.1
     lo, hi = doc["band_rps"]
     assert lo is not None and lo <= doc["knee_rps"] and (hi is None or doc["knee_rps"] < hi)
     assert doc["slos"] == ["p99(latency)<=50ms"]
     assert len(doc["trials"]) <= 12
     assert all(Path(t["directory"]).is_dir() for t in doc["trials"])
-
-
-def _oversubscribed(trial: Path) -> bool:
-    """Whether the trial's client saw a 1-minute load average above the machine's cores."""
-    load = read_summary(trial / "summary.json", "trial").generator.load
-    avg, cores = load.get("load_avg_1m"), load.get("cores")
-    return avg is not None and cores is not None and float(avg) > float(cores)
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,7 @@ import pytest
 from tailwise.capacity import mmc_max_rate
 from tailwise.errors import BadInput, ExitCode
 from tailwise.loadgen.sweep_probe import FRACTIONS, auto_rates, round_rate
-from tailwise.metrics.shape import read_summary
-from tests.clirun import run_cli
+from tests.clirun import oversubscribed, run_cli
 
 
 def test_auto_rates_spread_below_and_past_the_maximum() -> None:
@@ -70,6 +69,4 @@ def _starved(sweep_dir: Path) -> bool:
     last = doc["steps"][-1]
     if last["verdict"] != "invalid" or "load fell short of the plan" not in doc["note"]:
         return False
-    load = read_summary(Path(last["directory"]) / "summary.json", "step").generator.load
-    avg, cores = load.get("load_avg_1m"), load.get("cores")
-    return avg is not None and cores is not None and float(avg) > float(cores)
+    return oversubscribed(Path(last["directory"]))

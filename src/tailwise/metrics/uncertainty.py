@@ -645,6 +645,11 @@ class TailRefusal:
         return self.service if q is None or q >= HEAVY_SERVICE_FROM_Q else ""
 
 
+def heavy_label(note: str) -> str:
+    """``heavy tail`` or ``heavy service`` when ``note`` is such a refusal, else ""."""
+    return next((h for h in HEAVY_NOTES if note.startswith(h)), "")
+
+
 def tail_refusal(values: np.ndarray, regen: Regeneration | None = None) -> TailRefusal:
     """The :class:`TailRefusal` of ``values`` and their bare service ``regen``."""
     if heavy_tailed(values):

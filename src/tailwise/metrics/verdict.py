@@ -42,9 +42,9 @@ from tailwise.errors import ExitCode
 from tailwise.metrics.schema import Summary
 from tailwise.metrics.uncertainty import (
     CONFIDENCE,
-    HEAVY_NOTES,
     HEAVY_SERVICE_MARGIN,
     HEAVY_SERVICE_STRONG,
+    heavy_label,
 )
 
 UNREACHABLE_KINDS = frozenset({"connect", "tls"})
@@ -252,7 +252,7 @@ def _undecided(
         if d == "pass":
             continue
         note = entry.get("ci_note") or ""
-        heavy = next((h for h in HEAVY_NOTES if note.startswith(h)), "")
+        heavy = heavy_label(note)
         if heavy:  # more requests would not decide it: say why, not "measure longer"
             return Verdict(
                 "inconclusive",

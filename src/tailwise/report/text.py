@@ -15,7 +15,7 @@ from rich.text import Text
 from tailwise.metrics.catalog import CATALOG
 from tailwise.metrics.percentiles import percentile_key
 from tailwise.metrics.schema import Generator, LittlesLaw, Section, SloEntry, SteadyState, Summary
-from tailwise.metrics.uncertainty import CONFIDENCE, GRADED_NOTE, HEAVY_NOTES, HEAVY_SERVICE_MARGIN
+from tailwise.metrics.uncertainty import CONFIDENCE, GRADED_NOTE, HEAVY_SERVICE_MARGIN, heavy_label
 
 DIST_ROWS = tuple((m.label, m.summary_key) for m in CATALOG if m.report_row)
 _COLS = (
@@ -157,7 +157,7 @@ def _span(pair: Sequence[float | None] | None, wide: bool, why: str = "") -> str
     ``heavy tail`` / ``heavy service`` (``heavy``) when ``why`` (its ``ci_note``) is a
     heavy tail's refusal: more data would not bring it."""
     if pair is None:
-        heavy = next((h for h in HEAVY_NOTES if why.startswith(h)), "")
+        heavy = heavy_label(why)
         if heavy:
             return heavy if wide else "heavy"
         return "n too small" if wide else "too few"
@@ -294,7 +294,7 @@ def _slo_interval(t: Text, slo: SloEntry, confidence: float, used: int) -> None:
     inconclusive = slo.decided == "inconclusive"
     within = slo.within
     why = slo.ci_note or ""
-    heavy = next((h for h in HEAVY_NOTES if why.startswith(h)), "")
+    heavy = heavy_label(why)
     if inconclusive and heavy:  # more data would not decide it: say why, not the share
         shown = f"{heavy}: its tail may rest on jobs rarer than this run holds"
     elif slo.decided == "pass" and why.startswith(GRADED_NOTE):
