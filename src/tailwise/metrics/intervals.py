@@ -54,7 +54,6 @@ from tailwise.metrics.tail import Regeneration, idle_on_arrival, regeneration
 from tailwise.metrics.uncertainty import (
     CONFIDENCE,
     GRADED_NOTE,
-    HEAVY_NOTES,
     MIN_BATCHES,
     MIN_EFFECTIVE,
     MIN_REGEN_BEYOND,
@@ -64,6 +63,7 @@ from tailwise.metrics.uncertainty import (
     cycle_reach,
     decide_within,
     decision_level,
+    heavy_label,
     judge,
     mean_ci,
     proportion_ci,
@@ -425,7 +425,7 @@ def _slos(
         within: dict[str, tuple[Estimate, float, float]] = {}
         e, decided, note = _slo_estimate(r, slo, window_rows, rates, memo, within)
         # A tail refused (heavy) has no interval here either, as in its distribution's row.
-        refused = note.startswith(HEAVY_NOTES) and decided == "inconclusive"
+        refused = bool(heavy_label(note)) and decided == "inconclusive"
         entry["ci"] = _pair(e) if e is not None and not refused else None
         entry["decided"] = decided
         if slo.implicit:  # no claim was asked for: the default sanity check is the sample's
