@@ -126,10 +126,14 @@ History: with fixed 10 s trials (2026-11-20) the same M/M/1 command reported
 152.54/s, 128 to 206/s, 7.0 min): bisection spent trial after trial near the knee,
 where no sample decides, each to its cap; with placed trials (2026-11-27 15:14) M/M/1
 0.969 in 12.1 min, M/M/2 1.017 in 11.4 min (both low ends 0.66-0.74x), M/M/4
-(`p95(latency)<=100ms`) 0.905, band 121 to 179/s, in 3.0 min. What a band's end
+(`p95(latency)<=100ms`) 0.905, band 121 to 179/s, in 3.0 min; before the FIFO queue
+model (2026-11-27 20:18) M/M/1 0.935 in 11.1 min, its low end at 0.645x (the first,
+at 0.81x, undecided after 300 s), M/M/2 0.978 in 5.9 min. What a band's end
 costs is the queue's: showing a p99 at 0.7x its threshold with no miss needs about
 270 x f requests, f the memory of the misses (about 10 at 60% load on M/M/1), i.e.
-2-3 minutes at ~27/s.
+2-3 minutes at ~27/s; on one server answering in order the FIFO queue model reads the
+service times instead (docs/metrics.md), and `knee_emulated.py` (block above) gives the
+search's time as a distribution over 100 seeds rather than this one sample.
 {end}"""
     write_block(begin, end, block)
 

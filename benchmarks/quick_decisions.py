@@ -7,9 +7,11 @@ per-look confidences of :func:`tailwise.loadgen.engine.watch.plan_looks`, the ca
 look) through :func:`validation_grid.engine_verdicts` (the product's summary). For each
 threshold (times the closed-form p99) it reports the share of runs decided right, the
 share decided wrong, and the median requests to the first decision (runs that never
-decide count as past the cap). Side by side, in the same run on the same seeds: the
-engine with its tail model (``tailwise.metrics.tail``) and without it (its idle gate
-set above 1, which no run meets).
+decide count as past the cap). Side by side, in the same run on the same seeds, three
+engines: the product's (counting, the tail model of ``tailwise.metrics.tail`` and the
+FIFO queue model of ``tailwise.metrics.fifo``), without the FIFO model (its minimum
+sample set out of reach), and counting alone (the tail model's idle gate set above 1
+too, which no run meets).
 
 Right: a pass where the threshold is at or above the true p99 (1.05x, 1.5x, 2x), a fail
 where it is below (0.95x). Truth: the M/M/1 sojourn is exponential with rate
@@ -34,12 +36,15 @@ from typing import Any
 import validation_grid as vg  # benchmarks/ is on sys.path when run
 from docs_block import machine_label, write_block
 
+import tailwise.metrics.fifo as fifo
 import tailwise.metrics.tail as tail
 
+ENGINES = ("both models", "tail model", "counting")  # what each engine adds to counting
 CASES = ((0.42, 1_500), (0.54, 3_000), (0.6, 5_000))  # (load, requests cap)
 FACTORS = (0.95, 1.05, 1.5, 2.0)
 RUNS = 400
 IDLE_GATE = tail.IDLE_GATE
+FIFO_MIN = fifo.MIN_REQUESTS
 
 
 def true_p99_s(rho: float) -> float:
@@ -47,12 +52,13 @@ def true_p99_s(rho: float) -> float:
     return math.log(100.0) / (mu - rho * mu)
 
 
-def one_run(task: tuple[float, int, int, bool]) -> list[list[Any] | None]:
+def one_run(task: tuple[float, int, int, str]) -> list[list[Any] | None]:
     """First deciding look per factor: ``[requests, "p" | "f"]`` or None."""
-    rho, cap, seed, with_tail = task
-    # Without: an idle gate no run meets (more than all of its requests). Set for every
-    # task: the pool's processes outlive it.
-    tail.IDLE_GATE = IDLE_GATE if with_tail else 2.0
+    rho, cap, seed, engine = task
+    # Without a model: a gate no run meets (an idle share over 1, more requests than any
+    # run has). Set for every task: the pool's processes outlive it.
+    tail.IDLE_GATE = IDLE_GATE if engine != "counting" else 2.0
+    fifo.MIN_REQUESTS = FIFO_MIN if engine == "both models" else 10**12
     cell = vg.Cell(f"mm1-{rho}", 1, rho, "exp")
     sched, done, _ = vg.sample_path(cell, cap, seed)
     p99_ns = true_p99_s(rho) * 1e9
@@ -94,19 +100,22 @@ def _median_text(m: float, cap: int) -> str:
     return f"> {cap:,}" if not math.isfinite(m) else f"{m:,.0f}"
 
 
-def table(results: dict[tuple[float, bool], list[dict[str, Any]]]) -> str:
+def table(results: dict[tuple[float, str], list[dict[str, Any]]]) -> str:
+    heads = " / ".join(ENGINES)
     lines = [
-        "| load (cap) | threshold | decided right: tail model / without | wrong | "
+        f"| load (cap) | threshold | decided right: {heads} | wrong | "
         "median requests to decide |",
         "|---|---:|---:|---:|---:|",
     ]
     for rho, cap in CASES:
-        for a, b in zip(results[(rho, True)], results[(rho, False)], strict=True):
+        rows = zip(*(results[(rho, e)] for e in ENGINES), strict=True)
+        for cells in rows:
+            right = " / ".join(f"{c['right']:.1%}" for c in cells)
+            wrong = " / ".join(f"{c['wrong']:.1%}" for c in cells)
+            median = " / ".join(_median_text(c["median_requests"], cap) for c in cells)
             lines.append(
-                f"| M/M/1 {rho} ({cap:,}) | {a['factor']}x p99 | {a['right']:.1%} / "
-                f"{b['right']:.1%} | {a['wrong']:.1%} / {b['wrong']:.1%} | "
-                f"{_median_text(a['median_requests'], cap)} / "
-                f"{_median_text(b['median_requests'], cap)} |"
+                f"| M/M/1 {rho} ({cap:,}) | {cells[0]['factor']}x p99 | {right} | {wrong} | "
+                f"{median} |"
             )
     return "\n".join(lines)
 
@@ -120,14 +129,14 @@ def main() -> None:
     args = ap.parse_args()
     vg.c_library()
     started = time.monotonic()
-    results: dict[tuple[float, bool], list[dict[str, Any]]] = {}
+    results: dict[tuple[float, str], list[dict[str, Any]]] = {}
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for rho, cap in CASES:
-            for with_tail in (True, False):
-                tasks = [(rho, cap, args.seed * 100_000 + r, with_tail) for r in range(args.runs)]
+            for engine in ENGINES:
+                tasks = [(rho, cap, args.seed * 100_000 + r, engine) for r in range(args.runs)]
                 runs = list(pool.map(one_run, tasks, chunksize=20))
-                results[(rho, with_tail)] = summarise(runs, cap)
-                print(f"M/M/1 {rho} tail={with_tail}: done", file=sys.stderr, flush=True)
+                results[(rho, engine)] = summarise(runs, cap)
+                print(f"M/M/1 {rho} {engine}: done", file=sys.stderr, flush=True)
     wall_s = time.monotonic() - started
     text = table(results)
     print(text)
@@ -138,8 +147,9 @@ def main() -> None:
 
 Machine: {machine_label()}; {args.runs} seeded runs per case from an empty M/M/1 queue
 (mean service 20 ms), judged at `--duration auto`'s looks up to the cap; {wall_s:.0f} s.
-Each cell: with the tail model / without it (same seeds). Right = pass at 1.05x and
-above the true p99, fail at 0.95x.
+Each cell: the engine with both models (the tail's and the FIFO queue's) / with the tail
+model alone / counting alone (same seeds). Right = pass at 1.05x and above the true p99,
+fail at 0.95x.
 
 {text}
 {end}"""

@@ -23,6 +23,9 @@ BENCHMARKS = [
     ["reliability_table.py", "--write-docs"],
     ["ci_coverage.py", "--write-docs"],  # about four minutes on two cores
     ["validation_grid.py", "--write-docs"],  # ~30 min on two cores (+10 once: the truth)
+    ["quick_decisions.py", "--write-docs"],  # about two minutes
+    ["knee_emulated.py", "--searches", "100", "--write-docs"],  # under a minute
+    ["knee_default.py", "--write-docs"],  # about 20 minutes: real knee searches
     ["soak.py", "--write-docs"],  # ten minutes
 ]
 

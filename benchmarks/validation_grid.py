@@ -829,6 +829,20 @@ do), with the share that never decided and the share whose first decision was wr
 correctly in < 90% of runs)."""
 
 
+def _updates_text(meta: dict[str, Any]) -> str:
+    """The rows rerun since the full run (``--update``), one sentence each."""
+    out = ""
+    for u in meta.get("updates", []):
+        cells = sorted({r.split("@")[0] for r in u["rows"]})
+        sizes = sorted({int(r.split("@")[1]) for r in u["rows"]})
+        out += (
+            f" Rerun on {u['date']} ({u['machine']}, {u['wall_s']:.0f} s with {u['jobs']} "
+            f"processes; `{u['command']}`): {', '.join(cells)} at "
+            f"{', '.join(f'{n:,}' for n in sizes)} requests."
+        )
+    return out
+
+
 def write_docs(
     rows: list[dict[str, Any]],
     cells: list[Cell],
@@ -847,7 +861,7 @@ empty system; sizes {", ".join(f"{n:,}" for n in meta["sizes"])} requests
 ({meta["sizes_note"]}); {meta["wall_s"]:.0f} s of wall time with {meta["jobs"]}
 processes, {meta["truth_wall_s"]:.0f} s of it for the truth (its recursions took
 {truth_cpu:.0f} s of CPU once; they are cached). Mean service 20 ms in every queue.
-Command: `{meta["command"]}`.
+Command: `{meta["command"]}`.{_updates_text(meta)}
 
 Truth (closed forms where they exist, else one run of the independent C recursion; the
 recursion is checked against every exact value):
@@ -895,6 +909,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--write-docs", action="store_true")
     ap.add_argument(
         "--from-json", type=Path, default=None, help="report a --json dump again, without running"
+    )
+    ap.add_argument(
+        "--update",
+        type=Path,
+        default=None,
+        help="rerun the chosen cells and sizes into this --json dump, keeping its other rows "
+        "(the run's meta lists each update)",
     )
     args = ap.parse_args(argv)
     if args.from_json:
@@ -979,19 +1000,42 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(table(rows))
     print("\nBelow a bar:\n" + ("\n".join(failures(rows)) or "none"))
     _progress(f"{wall_s:.0f} s with {args.jobs} processes ({truth_wall:.0f} s of it truth)")
+    raw = {
+        "meta": meta,
+        "cells": [asdict(c) for c in cells],
+        "truth": truth,
+        "rows": rows,
+        "runs": compact_runs({f"{name}@{n}": rs for (name, n), rs in results.items()}),
+    }
+    if args.update:
+        raw = merged(json.loads(args.update.read_text()), raw)
+        args.json = args.json or args.update
     if args.json:
-        raw = {
-            "meta": meta,
-            "cells": [asdict(c) for c in cells],
-            "truth": truth,
-            "rows": rows,
-            "runs": compact_runs({f"{name}@{n}": rs for (name, n), rs in results.items()}),
-        }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(raw, separators=(",", ":")) + "\n")
         _progress(f"wrote {args.json}")
     if args.write_docs:
-        write_docs(rows, cells, truth, meta)
+        write_docs(raw["rows"], [Cell(**c) for c in raw["cells"]], raw["truth"], raw["meta"])
+
+
+def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` (a --json dump) with ``new``'s rows and runs in place of the same cells and
+    sizes, its cells, truth and sizes joined, and ``new``'s meta appended to ``updates``."""
+    fresh = {(r["cell"], r["n"]) for r in new["rows"]}
+    rows = [r for r in old["rows"] if (r["cell"], r["n"]) not in fresh] + new["rows"]
+    order = [c["name"] for c in old["cells"]] + [
+        c["name"] for c in new["cells"] if c["name"] not in {c["name"] for c in old["cells"]}
+    ]
+    rows.sort(key=lambda r: (order.index(r["cell"]), r["n"]))
+    cells = old["cells"] + [c for c in new["cells"] if c["name"] not in order[: len(old["cells"])]]
+    runs = {**old["runs"], **{k: v for k, v in new["runs"].items() if k != "fields"}}
+    meta = dict(old["meta"])
+    update = {k: new["meta"][k] for k in ("date", "machine", "jobs", "wall_s", "command")}
+    update["rows"] = sorted(f"{c}@{n}" for c, n in fresh)
+    meta["updates"] = [*old["meta"].get("updates", []), update]
+    meta["date"] = new["meta"]["date"]
+    return {**old, "meta": meta, "cells": cells, "truth": {**old["truth"], **new["truth"]},
+            "rows": rows, "runs": runs}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ from tailwise.units import parse_confidence
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tailwise"
 # 0.95 that is no confidence level: the share of throughput below which a sweep chart
-# calls goodput lost; the p95 quantile of a queueing model's table.
-NOT_A_LEVEL = {"report/charts.py", "plan/queueing.py"}
+# calls goodput lost; the p95 quantile of a queueing model's table; a share of the FIFO
+# model's estimated exponent.
+NOT_A_LEVEL = {"report/charts.py", "plan/queueing.py", "metrics/fifo.py"}
 
 
 def test_the_default_confidence_is_written_once() -> None:

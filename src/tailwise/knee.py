@@ -28,7 +28,7 @@ in, one at ``BAND_AT[1]`` times the estimate read again. An end its trial leaves
 undecided moves out by :data:`SETTLE_STEP`; an end that comes out the other way
 re-reads the knee with its level and places the ends again (:data:`PLACE_ROUNDS`).
 No trial is spent where no sample decides (near the knee, bisection's trials ran to
-their cap one after another: 21 minutes for an M/M/1 server, 12 now). ``knee_rps``
+their cap one after another: 21 minutes for an M/M/1 server, 9.4 now). ``knee_rps``
 is then the levels' crossing read on every trial, clipped to the band (``method``
 ``levels``). Without levels (no percentile or deadline SLO) the search bisects.
 

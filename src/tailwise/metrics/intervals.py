@@ -47,12 +47,14 @@ from typing import Any
 import numpy as np
 
 from tailwise.metrics import catalog, derive, tail
+from tailwise.metrics.fifo import FifoQueue, fifo_queue
 from tailwise.metrics.percentiles import QUANTILES, nearest_rank
 from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import steady_state
 from tailwise.metrics.tail import Regeneration, idle_on_arrival, regeneration
 from tailwise.metrics.uncertainty import (
     CONFIDENCE,
+    FIFO_NOTE,
     GRADED_NOTE,
     MIN_BATCHES,
     MIN_EFFECTIVE,
@@ -115,6 +117,14 @@ class _Derived:
         self.r = r
         self.known: dict[Callable[[Records], np.ndarray], np.ndarray] = {}
         self._idle: np.ndarray | None = None
+        self._fifo: tuple[np.ndarray, FifoQueue] | None = None
+
+    def fifo(self, rows: np.ndarray) -> FifoQueue:
+        """The rows read as one FIFO server (:func:`fifo_queue`), once per set of rows
+        (every latency SLO of a summary reads the same window)."""
+        if self._fifo is None or not np.array_equal(self._fifo[0], rows):
+            self._fifo = (rows, fifo_queue(self.r.scheduled_ns[rows], self.r.done_ns[rows]))
+        return self._fifo[1]
 
     def idle(self) -> np.ndarray:
         """Per row: sent while nothing else was in flight (:func:`idle_on_arrival`;
@@ -325,8 +335,11 @@ def _slo_estimate(
     x = v.astype(np.float64)
     x[(v < 0) | (r.error[window_rows] != 0)] = math.inf  # failures: infinitely slow
     regen = regeneration(derived.idle()[window_rows], x)
+    # Latency SLOs of a run whose every request succeeded may be read as one FIFO server.
+    fine = slo.metric == "latency" and bool(np.all(np.isfinite(x)))
+    queue = derived.fifo(window_rows) if fine else None
     if slo.kind == "deadline":
-        share, level, decided = decide_within(x, slo.threshold, slo.target, decide_at, regen)
+        share, level, decided = decide_within(x, slo.threshold, slo.target, decide_at, regen, queue)
         within[slo.spec] = (share, slo.target, level.value)
         shown = (
             share
@@ -349,11 +362,11 @@ def _slo_estimate(
         return _in_ms(e), decided, e.reason
     q = float(slo.stat[1:]) / 100.0
     (e,) = quantiles(x, [q])
-    share, level, decided = decide_within(x, slo.threshold, q, decide_at, regen)
+    share, level, decided = decide_within(x, slo.threshold, q, decide_at, regen, queue)
     within[slo.spec] = (share, q, level.value)
-    # A pass by the tail model, or with a heavy service's margin, says so, over the
-    # quantile's own "n too small".
-    own = share.reason.startswith((TAIL_NOTE, GRADED_NOTE))
+    # A pass by a model (the tail's, the FIFO queue's), or with a heavy service's margin,
+    # says so, over the quantile's own "n too small".
+    own = share.reason.startswith((TAIL_NOTE, FIFO_NOTE, GRADED_NOTE))
     note = share.reason if own else e.reason or share.reason
     return _in_ms(e), *_settle(x, slo.threshold, q, decided, note, regen)
 

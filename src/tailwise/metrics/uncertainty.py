@@ -82,7 +82,9 @@ from typing import Literal
 
 import numpy as np
 
+from tailwise.metrics import fifo as fifo_model
 from tailwise.metrics import tail
+from tailwise.metrics.fifo import FifoQueue
 from tailwise.metrics.percentiles import nearest_rank
 from tailwise.metrics.tail import Regeneration
 
@@ -109,6 +111,7 @@ HEAVY_SERVICE_MARGIN = 1.1
 NS_PER_S = 1e9
 
 TAIL_NOTE = "decided by the tail model"  # how a pass by :mod:`tailwise.metrics.tail` begins
+FIFO_NOTE = "decided by the FIFO queue model"  # how a pass by :mod:`tailwise.metrics.fifo` begins
 HEAVY_NOTES = ("heavy tail", "heavy service")  # how a refusal (:func:`tail_refusal`) begins
 GRADED_NOTE = "heavy service, passed with its margin"  # how a :func:`_graded_pass` note begins
 Verdict = Literal["pass", "fail", "inconclusive"]
@@ -684,6 +687,7 @@ def decide_within(
     q: float,
     confidence: float = CONFIDENCE,
     regen: Regeneration | None = None,
+    fifo: FifoQueue | None = None,
 ) -> tuple[Estimate, Estimate, Verdict]:
     """Is ``p_q <= threshold``? ``(share, quantile, verdict)`` for time-ordered values.
 
@@ -712,7 +716,9 @@ def decide_within(
     A third test may only pass: the tail model of :mod:`tailwise.metrics.tail`, for a
     far threshold (``q >= 0.98``) in a run that ``regen`` (the requests that found the
     system empty) shows to be made of short independent stretches with a light-tailed
-    service. Its reason replaces the share's."""
+    service. Its reason replaces the share's. A fourth may only pass too: the FIFO
+    queue model of :mod:`tailwise.metrics.fifo`, when ``fifo`` (the run read as one
+    server answering in order; ``values`` its latencies, in ns) shows that structure."""
     share = threshold_share_ci(values, threshold, confidence)
     quantile = quantile_ci(values, q, confidence)
     votes = {judge(share, q, ">="), judge(quantile, threshold, "<=")}
@@ -741,7 +747,24 @@ def decide_within(
                 f"(peaks over the top values, {tail.BLOCKS}-block jackknife)"
             )
             return replace(share, reason=note), quantile, "pass"
+        bound = _fifo_bound(fifo, threshold, confidence)
+        if bound is not None and bound <= 1.0 - q:
+            note = (
+                f"{FIFO_NOTE}: at most {bound:.3%} beyond the threshold (Kingman's bound "
+                f"from {len(fifo.service_s) if fifo else 0:,} service times of one server "
+                "answering in order)"
+            )
+            return replace(share, reason=note), quantile, "pass"
     return share, quantile, verdict
+
+
+def _fifo_bound(fifo: FifoQueue | None, threshold_ns: float, confidence: float) -> float | None:
+    """The FIFO model's upper bound on the share beyond ``threshold_ns``, one-sided at
+    ``(1 + confidence) / 2`` over all of its tests; None where it does not apply."""
+    if fifo is None or fifo.why_not:
+        return None
+    z = normal_quantile(1.0 - (1.0 - _two_sided(confidence)) / fifo_model.TESTS)
+    return fifo_model.miss_bound(fifo, threshold_ns / NS_PER_S, z)
 
 
 def _tail_bound(

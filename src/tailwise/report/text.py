@@ -15,7 +15,14 @@ from rich.text import Text
 from tailwise.metrics.catalog import CATALOG
 from tailwise.metrics.percentiles import percentile_key
 from tailwise.metrics.schema import Generator, LittlesLaw, Section, SloEntry, SteadyState, Summary
-from tailwise.metrics.uncertainty import CONFIDENCE, GRADED_NOTE, HEAVY_SERVICE_MARGIN, heavy_label
+from tailwise.metrics.uncertainty import (
+    CONFIDENCE,
+    FIFO_NOTE,
+    GRADED_NOTE,
+    HEAVY_SERVICE_MARGIN,
+    TAIL_NOTE,
+    heavy_label,
+)
 
 DIST_ROWS = tuple((m.label, m.summary_key) for m in CATALOG if m.report_row)
 _COLS = (
@@ -299,6 +306,9 @@ def _slo_interval(t: Text, slo: SloEntry, confidence: float, used: int) -> None:
         shown = f"{heavy}: its tail may rest on jobs rarer than this run holds"
     elif slo.decided == "pass" and why.startswith(GRADED_NOTE):
         shown += f", heavy service: passed {HEAVY_SERVICE_MARGIN:g}x under"
+    elif slo.decided == "pass" and why.startswith((TAIL_NOTE, FIFO_NOTE)):
+        # The model's bound, not the quantile's interval, decided it: say which, and how far.
+        shown += ", " + why.split(" (")[0].replace("decided by", "passed by")
     elif inconclusive and within is not None and within.ci:
         lo, hi = within.ci
         shown = (

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailwise.metrics.catalog import CATALOG, lookup
+from tailwise.metrics.fifo import FifoQueue, fifo_queue
 from tailwise.metrics.slo import SLO
 from tailwise.metrics.steady import auto_start_ns
 from tailwise.metrics.tail import idle_on_arrival, regeneration
@@ -358,6 +359,19 @@ def _window_rows(
     return sched, done, first, err
 
 
+def _look_fifo(
+    share: _Share, sched: np.ndarray, done: np.ndarray, err: np.ndarray
+) -> FifoQueue | None:
+    """The look's answered rows read as one FIFO server (:mod:`tailwise.metrics.fifo`):
+    for a latency SLO with no failure, up to the first request still out (a FIFO server
+    answers in order: what follows it is still out too)."""
+    if share.metric != "latency" or bool(np.any((err != 0) & (done != ABSENT))):
+        return None
+    out = np.flatnonzero(done == ABSENT)
+    upto = int(out[0]) if len(out) else len(done)
+    return fifo_queue(sched[:upto], done[:upto])
+
+
 def _decide(
     share: _Share,
     sched: np.ndarray,
@@ -376,7 +390,8 @@ def _decide(
     t = float(share.threshold_ns)
     level = decision_level(confidence)  # what a verdict at the look's confidence decides on
     regen = regeneration(idle_on_arrival(sched, done), as_miss)
-    if decide_within(as_miss, t, share.needed, level, regen)[2] == "pass":
+    queue = _look_fifo(share, sched, done, err)
+    if decide_within(as_miss, t, share.needed, level, regen, queue)[2] == "pass":
         return "pass"
     if decide_within(as_hit, t, share.needed, level)[2] == "fail":
         return "fail"
