@@ -55,7 +55,6 @@ from tailwise.knee import KneeSearch, Outcome, TrialRun, trial_outcome  # noqa: 
 from tailwise.loadgen.engine.watch import Looks, _decide, _Share, _target, plan_looks  # noqa: E402
 from tailwise.metrics.slo import parse_slo  # noqa: E402
 from tailwise.metrics.summary import RunInfo, summarize  # noqa: E402
-from tailwise.records import Records  # noqa: E402
 
 SERVICE_S = 0.020
 STEER = (0.80, 20.0)  # steering trials: confidence, cap in seconds (tailwise.loadgen.sweep)
@@ -74,31 +73,6 @@ class Emulated:
 
     requests: int
     wall_s: float
-
-
-def _records(sched: np.ndarray, done: np.ndarray) -> Records:
-    n = len(sched)
-    absent = np.full(n, -1, np.int64)
-    return Records(
-        seq=np.arange(n, dtype=np.int64),
-        parent=absent.copy(),
-        worker=np.zeros(n, np.int64),
-        scheduled_ns=sched,
-        sent_ns=sched.copy(),
-        first_byte_ns=done.copy(),
-        first_token_ns=absent.copy(),
-        done_ns=done,
-        status=np.full(n, 200, np.int64),
-        error=np.zeros(n, np.int16),
-        bytes_out=np.zeros(n, np.int64),
-        bytes_in=np.zeros(n, np.int64),
-        input_tokens=absent.copy(),
-        output_tokens=absent.copy(),
-        replica=np.zeros(n, np.int64),
-        in_window=np.ones(n, dtype=bool),
-        chunk_times=[None] * n,
-        capped=np.zeros(n, np.int8),
-    )
 
 
 def sequential_trial(
@@ -126,7 +100,7 @@ def sequential_trial(
                 "settled": f"decided after {k} requests",
             }
             break
-    records = _records(sched[:n], done[:n])
+    records = vg.sim_records(sched[:n], done[:n])
     info = RunInfo(
         source="sim",
         target="knee-emulated",

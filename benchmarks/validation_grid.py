@@ -233,15 +233,42 @@ def engine_verdicts(
     from tailwise.metrics.slo import parse_slo
     from tailwise.metrics.steady import auto_start_ns
     from tailwise.metrics.summary import RunInfo, summarize
-    from tailwise.records import Records
 
     n = len(scheduled_ns)
     sched = np.asarray(scheduled_ns, dtype=np.int64)
     done = np.asarray(done_ns, dtype=np.int64)
     llm = first_token_ns is not None
-    absent = np.full(n, -1, np.int64)
     end = int(sched[-1]) + 1
-    records = Records(
+    records = sim_records(sched, done, first_token_ns)
+    start, cut = auto_start_ns(sched, done - sched, np.ones(n, dtype=bool), (0, end))
+    records.in_window = sched >= start
+    info = RunInfo(
+        source="sim",
+        target="validation-grid",
+        mode="open",
+        arrival={"process": "validation-grid"},
+        window_ns=(start, end),
+        slos=[parse_slo(s) for s in slos],
+        max_send_lag_ns=2**62,  # virtual time: the "generator" is never late
+        llm=llm,
+        confidence=confidence,
+    )
+    summary = summarize(records, info)
+    ci = summary["ttft_ms" if llm else "latency_ms"]["ci"]
+    return ci, [e["decided"] for e in summary["slos"]], cut
+
+
+def sim_records(
+    sched: np.ndarray, done: np.ndarray, first_token_ns: np.ndarray | None = None
+) -> Any:
+    """The records of a simulated run whose every request succeeded, rows in scheduled
+    order (first-token times for the LLM engine only): what its summary reads."""
+    from tailwise.records import Records
+
+    n = len(sched)
+    llm = first_token_ns is not None
+    absent = np.full(n, -1, np.int64)
+    return Records(
         seq=np.arange(n, dtype=np.int64),
         parent=absent.copy(),
         worker=np.zeros(n, np.int64),
@@ -261,22 +288,6 @@ def engine_verdicts(
         chunk_times=[None] * n,
         capped=np.zeros(n, np.int8),
     )
-    start, cut = auto_start_ns(sched, done - sched, np.ones(n, dtype=bool), (0, end))
-    records.in_window = sched >= start
-    info = RunInfo(
-        source="sim",
-        target="validation-grid",
-        mode="open",
-        arrival={"process": "validation-grid"},
-        window_ns=(start, end),
-        slos=[parse_slo(s) for s in slos],
-        max_send_lag_ns=2**62,  # virtual time: the "generator" is never late
-        llm=llm,
-        confidence=confidence,
-    )
-    summary = summarize(records, info)
-    ci = summary["ttft_ms" if llm else "latency_ms"]["ci"]
-    return ci, [e["decided"] for e in summary["slos"]], cut
 
 
 def look_plan(n: int) -> tuple[list[int], list[float]]:
