@@ -111,8 +111,11 @@ def write_docs(rows: list[dict[str, Any]], machine: str) -> None:
 with exponential service and FCFS workers (an exact M/M/c queue under Poisson
 arrivals), beside the closed form. Steering trials (bracket, one probe) decide at
 80% and stop at 20 s: they measure each SLO's level (its p99). The knee is read
-where the levels cross the threshold; one trial at 0.78x and one at 1.15x that
-estimate, each sequential at 95% (up to 300 s), make the band's ends. The band is
+where the levels cross the threshold (on one FIFO server fed by Poisson sends, the
+M/M/1, by the FIFO queue model from each trial's service times: `queue model`); one
+trial at 0.78x and one at 1.15x that estimate, each sequential at 95% (up to 300 s),
+make the band's ends (placed again where the queue model's knee, read again from the
+firm trials, leaves one beyond 25%). The band is
 the highest rate *shown* to hold and the lowest *shown* to fail. Targets (issue
 39): knee within 10% of the closed form, both ends decided and within 25% of it,
 in at most 6 minutes. Machine: {machine}.
@@ -128,7 +131,10 @@ where no sample decides, each to its cap; with placed trials (2026-11-27 15:14) 
 0.969 in 12.1 min, M/M/2 1.017 in 11.4 min (both low ends 0.66-0.74x), M/M/4
 (`p95(latency)<=100ms`) 0.905, band 121 to 179/s, in 3.0 min; before the FIFO queue
 model (2026-11-27 20:18) M/M/1 0.935 in 11.1 min, its low end at 0.645x (the first,
-at 0.81x, undecided after 300 s), M/M/2 0.978 in 5.9 min. What a band's end
+at 0.81x, undecided after 300 s), M/M/2 0.978 in 5.9 min; with the FIFO model's
+passes only (2026-11-28 08:14) M/M/1 0.883 (levels: its high end's p99 read 938 ms
+where the steady state's is 523 ms) in 9.4 min, M/M/2 0.978 in 5.8 min, M/M/4 0.911
+in 3.0 min with its high end beyond 25%. What a band's end
 costs is the queue's: showing a p99 at 0.7x its threshold with no miss needs about
 270 x f requests, f the memory of the misses (about 10 at 60% load on M/M/1), i.e.
 2-3 minutes at ~27/s; on one server answering in order the FIFO queue model reads the

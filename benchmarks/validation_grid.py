@@ -841,9 +841,13 @@ correctly in < 90% of runs)."""
 
 
 def _updates_text(meta: dict[str, Any]) -> str:
-    """The rows rerun since the full run (``--update``), one sentence each."""
-    out = ""
+    """The rows rerun since the full run (``--update``), one sentence per set of rows:
+    its latest rerun (the page is current, not a diary; the JSON keeps every one)."""
+    latest: dict[tuple[str, ...], dict[str, Any]] = {}
     for u in meta.get("updates", []):
+        latest[tuple(sorted(u["rows"]))] = u  # in order of the reruns: the last stays
+    out = ""
+    for u in latest.values():
         cells = sorted({r.split("@")[0] for r in u["rows"]})
         sizes = sorted({int(r.split("@")[1]) for r in u["rows"]})
         out += (

@@ -139,3 +139,52 @@ def test_firm_levels_that_bracket_the_knee_are_read_alone() -> None:
     knee = level_knee(trials)
     assert knee is not None and 12.18 <= knee <= 13.0
     assert level_knee(trials[:3]) == pytest.approx(15.6, abs=0.5)  # steering alone: too high
+
+
+def test_a_queue_models_reading_places_the_band_and_names_the_knee() -> None:
+    """Trials read as one FIFO server carry the model's rate at the threshold
+    (``within.model_rps``, from the run's service times: here the truth with a +-6%
+    error per trial, what 800-4,000 service times give). The search reads the knee from
+    it (method ``queue model``), spends no probe, and closes the band around the truth;
+    the levels, 30% low in every steering trial, do not move it."""
+    errors = iter([0.06, -0.05, 0.04, -0.03, 0.02, -0.02, 0.01, 0.0, 0.0, 0.0])
+    phases: list[str] = []
+
+    def modelled(firm: bool):  # type: ignore[no-untyped-def]
+        inner = mm1_trial(firm)
+
+        def trial(rate: float) -> Outcome:
+            out = inner(rate)
+            for w in out.detail["within"]:
+                if not firm and w["level_ms"] is not None:
+                    w["level_ms"] *= 0.7
+                if rate < 50.0:  # an overloaded run has no free requests: no reading
+                    w["model_rps"] = TRUTH * (1.0 + next(errors))
+            return out
+
+        return trial
+
+    search = KneeSearch(modelled(False), confirm=modelled(True), place=True,
+                        on_trial=lambda t: phases.append(t.phase))  # fmt: skip
+    result = search.run(10.0, 0.5, 1e5)
+    assert result.method == "queue model"
+    assert result.knee_rps == pytest.approx(TRUTH, rel=0.03)
+    assert "probe" not in phases
+    lo, hi = result.band_rps or (None, None)
+    assert lo is not None and hi is not None
+    assert 0.75 * TRUTH <= lo < TRUTH < hi <= 1.25 * TRUTH
+
+
+def test_the_models_reading_weighs_trials_by_requests_and_prefers_firm_ones() -> None:
+    def rec(rate: float, model: float | None, firm: bool, n: int) -> TrialRecord:
+        r = _record(rate, 150.0, firm, n)
+        if model is not None:
+            r.detail["within"][0]["model_rps"] = model
+        return r
+
+    steering = [
+        rec(10.0, None, False, 200), rec(20.0, 30.0, False, 400), rec(40.0, 36.0, False, 800)
+    ]  # fmt: skip
+    assert level_knee(steering) == pytest.approx((30.0 * 400 + 36.0 * 800) / 1200)
+    firm = [*steering, rec(27.0, 34.0, True, 2000), rec(40.0, 35.0, True, 2000)]
+    assert level_knee(firm) == pytest.approx(34.5)

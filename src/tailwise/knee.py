@@ -28,9 +28,13 @@ in, one at ``BAND_AT[1]`` times the estimate read again. An end its trial leaves
 undecided moves out by :data:`SETTLE_STEP`; an end that comes out the other way
 re-reads the knee with its level and places the ends again (:data:`PLACE_ROUNDS`).
 No trial is spent where no sample decides (near the knee, bisection's trials ran to
-their cap one after another: 21 minutes for an M/M/1 server, 9.4 now). ``knee_rps``
+their cap one after another: 21 minutes for an M/M/1 server). ``knee_rps``
 is then the levels' crossing read on every trial, clipped to the band (``method``
-``levels``). Without levels (no percentile or deadline SLO) the search bisects.
+``levels``). Where trials read as one FIFO server fed by Poisson sends, the FIFO
+queue model reads the knee from their service times instead (``queue model``,
+:func:`_model_crossing`): no probe is spent, and once both ends are shown the knee
+is read again from the firm trials and an end beyond :data:`BAND_REACH` of it is
+placed again. Without levels (no percentile or deadline SLO) the search bisects.
 
 ``knee_rps`` after bisection is the point estimate: the highest tested rate at which
 every trial, at it and at every lower tested rate, passed on its point estimates
@@ -74,6 +78,7 @@ class KneeAborted(TailwiseError):
 
 # what a trial keeps of each SLO's share within its threshold (summary ``slos[].within``)
 WITHIN_KEYS = ("share", "n", "needed", "level_ms", "threshold_ms")
+MODEL_KEYS = ("model_level_ms", "model_rps")  # kept where the trial's run read one FIFO server
 # Invalid runs that do not end a sweep or a knee search: the client's lag could have
 # decided this run's verdict, but the next, heavier one can still be judged.
 GO_ON_CAUSES = frozenset({"client"})
@@ -165,7 +170,11 @@ def trial_detail(s: Summary, flipped: bool, directory: Path | None) -> dict[str,
         ),
         "client_decided": flipped,
         "within": [
-            {"spec": e.spec, **{k: e.within.get(k) for k in WITHIN_KEYS}}
+            {
+                "spec": e.spec,
+                **{k: e.within.get(k) for k in WITHIN_KEYS},
+                **{k: v for k in MODEL_KEYS if (v := e.within.get(k)) is not None},
+            }
             for e in s.slos
             if e.within is not None
         ],
@@ -196,7 +205,7 @@ class KneeResult:
     band_rps: tuple[float | None, float | None] | None
     trials: list[TrialRecord]
     note: str = ""
-    # how knee_rps was found: bisection | fit | levels | shown to hold
+    # how knee_rps was found: bisection | fit | levels | queue model | shown to hold
     method: str = "bisection"
 
     @property
@@ -356,10 +365,13 @@ class KneeSearch:
             return False
         # No crossing to read yet (the failing end's level is reached by failures):
         # the first probe goes to the bracket's geometric middle.
-        knee = level_knee(self.trials) or math.sqrt(lo * hi)
+        reading = knee_reading(self.trials)
+        knee = reading[0] if reading is not None else math.sqrt(lo * hi)
         for _ in range(PROBES):  # short steering trials where the knee is thought to be
             if any(abs(t.rate_rps / knee - 1) <= PROBE_NEAR for t in self.trials):
                 break
+            if reading is not None and reading[1] == "queue model":
+                break  # the model read the knee itself: a level there adds nothing
             self._run(min(max(knee, floor), ceiling), "probe")
             knee = level_knee(self.trials) or knee
         for _ in range(PLACE_ROUNDS + 1):
@@ -371,9 +383,28 @@ class KneeSearch:
                 knee = level_knee(self.trials) or knee
                 high = min(knee * BAND_AT[1], ceiling)
                 if self._show(high, "high", knee, floor, ceiling):
-                    return True
+                    # Both ends shown. The queue model's knee, read again from the firm
+                    # trials' service times, may leave an end placed from the steering
+                    # trials' rougher reading far from it: place that end again. (Levels
+                    # read again move by their own noise: an M/M/2's emulated searches
+                    # took 9.1 minutes instead of 6.7 chasing them.)
+                    reading = knee_reading(self.trials)
+                    if reading is None or reading[1] != "queue model":
+                        return True
+                    knee = reading[0]
+                    if self._ends_near(knee):
+                        return True
+                    continue
             knee = level_knee(self.trials) or knee  # an end came out the other way
         return True
+
+    def _ends_near(self, knee: float) -> bool:
+        """Whether each shown end of the band lies within :data:`BAND_REACH` of ``knee``
+        (an end not shown after its trials counts as near: no trial would show it)."""
+        low, high = decided_band(self.trials)
+        return (low is None or low >= knee * BAND_REACH[0]) and (
+            high is None or high <= knee * BAND_REACH[1]
+        )
 
     def _show(self, rate: float, end: str, knee: float, floor: float, ceiling: float) -> bool:
         """Run firm trials from ``rate`` outwards until this end of the band is shown
@@ -425,9 +456,9 @@ class KneeSearch:
         shown = decided_band(self.trials)
         fitted = fitted_knee(self.trials, shown)
         method = "bisection"
-        modelled = level_knee(self.trials) if self.place else None
-        if modelled is not None and (knee is not None or shown[0] is not None):
-            knee, method = _clip(modelled, shown), "levels"
+        reading = knee_reading(self.trials) if self.place else None
+        if reading is not None and (knee is not None or shown[0] is not None):
+            knee, method = _clip(reading[0], shown), reading[1]
         elif fitted is not None and knee is not None:
             knee, method = fitted, "fit"
         if shown[0] is not None and knee is not None and knee < shown[0]:
@@ -547,16 +578,44 @@ def level_knee(trials: list[TrialRecord]) -> float | None:
     flat until its slots fill, climbs faster, which :mod:`tailwise.knee_law`'s
     ``a + b / (C - rate)`` fitted to it read 14% high (the demo LLM's twin, the line
     within 1%). Without a bracket the law extrapolates, kept within half the lowest
-    and twice the highest rate tried. None when no SLO has two levels to go on."""
+    and twice the highest rate tried. None when no SLO has two levels to go on.
+
+    Where trials read as one FIFO server fed by Poisson sends, the FIFO queue model
+    gives the crossing itself (:func:`_model_crossing`), from one trial at any load."""
+    reading = knee_reading(trials)
+    return reading[0] if reading is not None else None
+
+
+def knee_reading(trials: list[TrialRecord]) -> tuple[float, str] | None:
+    """``(rate, method)`` of :func:`level_knee`: the lowest crossing over the SLOs, and
+    how it was read (``queue model`` or ``levels``)."""
     crossings = []
     for points in _levels(trials).values():
-        firm = [p for p in points if p.firm]
-        rate = _level_crossing(firm) if _brackets(firm) else None
+        rate, method = _model_crossing(points), "queue model"
+        if rate is None:
+            firm = [p for p in points if p.firm]
+            rate = _level_crossing(firm) if _brackets(firm) else None
+            method = "levels"
         if rate is None:
             rate = _level_crossing(points)
         if rate is not None and rate > 0:
-            crossings.append(rate)
+            crossings.append((rate, method))
     return min(crossings) if crossings else None
+
+
+def _model_crossing(points: list[_Level]) -> float | None:
+    """The FIFO queue model's rate at the threshold (``within.model_rps``), averaged
+    over the trials that read one, weighted by their requests; the firm trials' alone
+    where any has one (long and near the knee, where a service that slows with the load
+    shows). One FIFO server's service law does not change with the rate, so the model
+    reads the knee from every service time of a run, where a level rests on its
+    excursions: the M/M/1 knee's high trial read a p99 of 938 ms where the steady
+    state's is 523 ms, and the levels' line put the knee 12% low."""
+    read = [p for p in points if p.model_rps is not None and p.tail > 0]
+    use = [p for p in read if p.firm] or read
+    if not use:
+        return None
+    return sum(p.model_rps * p.tail for p in use if p.model_rps) / sum(p.tail for p in use)
 
 
 def _brackets(points: list[_Level]) -> bool:
@@ -602,6 +661,7 @@ class _Level:
     threshold_ms: float
     tail: float  # values beyond the level, n (1 - needed): the law's weight
     firm: bool  # from a trial at the search's confidence (a long one near the knee)
+    model_rps: float | None = None  # the FIFO queue model's rate at the threshold
 
     def point(self) -> knee_law.Point:
         level = self.level_ms if self.level_ms is not None else math.inf
@@ -618,9 +678,9 @@ def _levels(trials: list[TrialRecord]) -> dict[str, list[_Level]]:
                 continue
             level = None if w["level_ms"] is None else float(w["level_ms"])
             tail = float(w.get("n") or 0) * (1.0 - float(w["needed"]))
-            out.setdefault(str(w["spec"]), []).append(
-                _Level(t.rate_rps, level, float(threshold), tail, t.firm)
-            )
+            model = None if w.get("model_rps") is None else float(w["model_rps"])
+            point = _Level(t.rate_rps, level, float(threshold), tail, t.firm, model)
+            out.setdefault(str(w["spec"]), []).append(point)
     return out
 
 

@@ -14,8 +14,11 @@ import numpy as np
 import pytest
 
 from tailwise.metrics import fifo
+from tailwise.metrics.slo import parse_slo
+from tailwise.metrics.summary import RunInfo, summarize
 from tailwise.metrics.tail import regeneration
 from tailwise.metrics.uncertainty import FIFO_NOTE, decide_within, normal_quantile
+from tests.synthetic import make_records
 
 NS = 1e9
 SERVICE_S = 0.020
@@ -162,6 +165,8 @@ def test_what_is_not_one_fifo_server_is_refused(queue: str, why: str) -> None:
     q = fifo.fifo_queue(sched, done)
     assert why in q.why_not
     assert fifo.miss_bound(q, 10.0, Z) is None
+    if why != "heavy-tailed":  # the floor does without a light service, not the rest
+        assert why in q.structure and fifo.miss_floor(q, 0.001, Z) is None
 
 
 def test_a_processor_sharing_server_would_have_passed_falsely() -> None:
@@ -206,3 +211,143 @@ def test_decide_within_passes_by_the_model_and_says_so() -> None:
         wrong = decide_within(x, 0.95 * p99 * NS, 0.99, 0.95, regen, q)[2]
         assert wrong != "pass"
     assert passed >= 16 and by_model >= 5
+
+
+# -- the floor: failures shown by Pollaczek-Khinchine's law ---------------------------------
+
+Z_FLOOR = normal_quantile(0.975)  # a 95% verdict's one-sided error: the floor is one test
+
+
+def forced_queue(service: np.ndarray, gaps: np.ndarray) -> fifo.FifoQueue:
+    """A queue whose queued requests' service times are ``service`` exactly (a fifth of
+    the requests found the server free; the rest queued, well past any offset)."""
+    n = len(service)
+    free = np.zeros(n, dtype=bool)
+    free[::5] = True
+    return fifo.FifoQueue(service, free, gaps, backlog_s=np.where(free, 0.0, 1.0))
+
+
+def lindley_share(rng: np.random.Generator, rate: float, service: np.ndarray, t: float) -> float:
+    """Share of latencies over ``t`` in a long M/G/1 run, by Lindley's recursion."""
+    gaps = rng.exponential(1 / rate, len(service))
+    wait, over = 0.0, 0
+    for i in range(1, len(service)):
+        wait = max(0.0, wait + service[i - 1] - gaps[i])
+        over += wait + service[i] > t
+    return over / (len(service) - 1)
+
+
+def test_the_lattice_computes_pollaczek_khinchine() -> None:
+    """From 200,000 service times, the floor's estimate (z = 0) is the steady state's
+    share: M/M/1 at 80% load, ``exp(-(mu - lam) T)``; M/D/1 (20 ms) at 80% load, against
+    a Lindley recursion over 400,000 requests."""
+    rng = np.random.default_rng(21)
+    exp_service = rng.exponential(SERVICE_S, 200_000)
+    gaps = rng.exponential(1 / 40.0, 200_000)
+    for t in (0.15, 0.3, 0.45):
+        est = fifo.miss_floor(forced_queue(exp_service, gaps), t, 0.0)
+        assert est == pytest.approx(math.exp(-(50.0 - 40.0) * t), rel=0.12)
+    fixed = np.full(200_000, SERVICE_S)
+    truth = lindley_share(rng, 40.0, np.full(400_000, SERVICE_S), 0.15)
+    est = fifo.miss_floor(forced_queue(fixed, gaps), 0.15, 0.0)
+    assert est == pytest.approx(truth, rel=0.15)
+
+
+def test_the_floor_fails_a_queue_past_its_knee_and_stays_under_the_truth() -> None:
+    """M/M/1 at 40/s (80% load), ``p99 <= 300 ms``: 4.98% of latencies are beyond, five
+    times what the SLO allows, where counting misses needs 4,000-8,000 requests. From
+    2,000 requests the floor shows more than 1% in most runs, and stays under the
+    truth in all but about the 2.5% its level allows."""
+    truth = math.exp(-(50.0 - 40.0) * 0.3)
+    floors = []
+    for seed in range(30):
+        sched, done, _ = one_server(np.random.default_rng(700 + seed), 40.0, 2000)
+        f = fifo.miss_floor(fifo.fifo_queue(sched, done), 0.3, Z_FLOOR)
+        assert f is not None
+        floors.append(f)
+    assert sum(f > 0.01 for f in floors) >= 24
+    assert sum(f > truth for f in floors) <= 2
+
+
+@pytest.mark.parametrize("lam", [25.0, 40.0])
+def test_the_floor_never_fails_a_threshold_over_the_true_quantile(lam: float) -> None:
+    """At 1.05x the true p99 (0.79% beyond), 50% and 80% load: no floor over 1%."""
+    p99 = math.log(100) / (50.0 - lam)
+    for seed in range(30):
+        sched, done, _ = one_server(np.random.default_rng(800 + seed), lam, 4096)
+        f = fifo.miss_floor(fifo.fifo_queue(sched, done), 1.05 * p99, Z_FLOOR)
+        assert f is not None and f <= 0.01
+
+
+def test_a_client_that_stalls_does_not_fail_a_passing_queue() -> None:
+    """A client whose loop stalls 50 ms in every 500 ms (a busy 2-core machine) notes
+    the answers of each stall together at its end: the gaps between answers, read as
+    service times, bunch (one long, then a few near zero), which widens their spread,
+    what a queue's tail grows with. At 1.05x the true p99 the floor stays under 1%; the
+    bunching's negative lag-1 covariance narrows the spread again
+    (:func:`fifo.floor_service`)."""
+    lam = 40.0
+    p99 = math.log(100) / (50.0 - lam)
+    for seed in range(20):
+        sched, done, _ = one_server(np.random.default_rng(900 + seed), lam, 4096)
+        d = done / NS
+        phase = np.mod(d, 0.5)
+        noted = np.where(phase < 0.05, d - phase + 0.05, d)
+        q = fifo.fifo_queue(sched, (noted * NS).astype(np.int64))
+        assert q.structure == ""
+        f = fifo.miss_floor(q, 1.05 * p99, Z_FLOOR)
+        assert f is not None and f <= 0.01
+
+
+def test_poisson_sends_are_told_from_other_schedules() -> None:
+    rng = np.random.default_rng(31)
+    assert fifo.poisson_sends(rng.exponential(0.025, 2000)) == ""
+    assert "Poisson" in fifo.poisson_sends(np.full(2000, 0.025))
+    assert "Poisson" in fifo.poisson_sends(rng.gamma(0.25, 0.1, 2000))  # CV 2
+    assert "under" in fifo.poisson_sends(rng.exponential(0.025, 100))
+
+
+def test_decide_within_fails_by_the_model_and_says_so() -> None:
+    """M/M/1 at 40/s, ``p99 <= 300 ms`` (true p99 460 ms), 2,048 requests: the counting
+    tests rarely decide; with the FIFO model most runs fail, saying so, and no run of a
+    threshold at 1.05x the truth fails."""
+    lam = 40.0
+    p99 = math.log(100) / (50.0 - lam)
+    failed = by_model = 0
+    for seed in range(20):
+        sched, done, _ = one_server(np.random.default_rng(1000 + seed), lam, 2048)
+        x = (done - sched).astype(np.float64)
+        q = fifo.fifo_queue(sched, done)
+        share, _, verdict = decide_within(x, 0.3 * NS, 0.99, 0.95, None, q)
+        without = decide_within(x, 0.3 * NS, 0.99, 0.95)[2]
+        assert without != "pass" and verdict != "pass"
+        failed += verdict == "fail"
+        if verdict == "fail" and without != "fail":
+            assert share.reason.startswith(f"{FIFO_NOTE}: at least")
+            by_model += 1
+        assert decide_within(x, 1.05 * p99 * NS, 0.99, 0.95, None, q)[2] != "fail"
+    assert failed >= 15 and by_model >= 8
+
+
+def test_a_summary_fails_by_the_model_where_the_sample_itself_passed() -> None:
+    """M/M/1 at 38/s (true p99 384 ms, 2.7% beyond 300 ms), 4,096 requests from empty:
+    this run's own p99 read 254 ms, its clustered misses not yet come; the model shows
+    at least 1% beyond 300 ms from its service times, and the run fails, saying why.
+    The summary keeps the model's level and its rate at the threshold (the closed form:
+    384 ms, 34.65/s), which a knee search reads."""
+    sched, done, _ = one_server(np.random.default_rng(14), 38.0, 4096)
+    window = (0, int(sched[-1]) + 1)
+    records = make_records(sched, done - sched, [""] * len(sched), window)
+    info = RunInfo(
+        source="sim", target="test", mode="open",
+        arrival={"process": "poisson", "rate_rps": 38.0}, window_ns=window,
+        slos=[parse_slo("p99(latency)<=300ms")], max_send_lag_ns=2**62,
+    )  # fmt: skip
+    s = summarize(records, info)
+    (entry,) = s["slos"]
+    assert entry["value"] < 300 and entry["decided"] == "fail"
+    assert entry["ci_note"].startswith(f"{FIFO_NOTE}: at least")
+    assert s["verdict"] == "fail" and "by the FIFO queue model" in s["verdict_reason"]
+    within = entry["within"]
+    assert within["model_level_ms"] == pytest.approx(1000 * math.log(100) / 12.0, rel=0.15)
+    assert within["model_rps"] == pytest.approx(50.0 - math.log(100) / 0.3, rel=0.05)

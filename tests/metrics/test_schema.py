@@ -131,6 +131,27 @@ def test_every_shape_reads_back_to_the_same_object_and_bytes(shape: str) -> None
     assert doc["schema"] == SCHEMA and s.schema == SCHEMA
 
 
+def test_the_fifo_models_keys_read_back() -> None:
+    """One FIFO server fed by Poisson sends: ``within`` carries the queue model's level
+    and rate (absent elsewhere), and reads back to the same bytes, strictly."""
+    rng = np.random.default_rng(3)
+    arrive = np.cumsum(rng.exponential(1 / 30, 2000))
+    done = np.empty(2000)
+    free_at = 0.0
+    for i, (a, svc) in enumerate(zip(arrive, rng.exponential(0.02, 2000), strict=True)):
+        free_at = done[i] = max(a, free_at) + svc
+    sched = (arrive * S).astype(np.int64)
+    lat = (done * S).astype(np.int64) - sched
+    window = (0, int(sched[-1]) + 1)
+    s = summarize(make_records(sched, lat, [""] * 2000, window), _info(window_ns=window))
+    doc = s.to_json()
+    assert {"model_level_ms", "model_rps"} <= set(doc["slos"][0]["within"])
+    again = Summary.from_json(json.loads(json.dumps(doc)), strict=True)
+    assert again == s and json.dumps(again.to_json()) == json.dumps(doc)
+    plain = summarize(_records(), _info()).to_json()
+    assert "model_rps" not in plain["slos"][0]["within"]
+
+
 @pytest.mark.parametrize("llm", [False, True])
 def test_simulated_runs_read_back_too(llm: bool) -> None:
     sc: dict[str, Any] = {"llm": {}} if llm else {"servers": 2, "service": "exp:5ms"}

@@ -398,9 +398,11 @@ def print_knee(doc: dict[str, Any], directory: str, *, stderr: bool) -> None:
     if knee_rps is None:
         click.echo("knee      none found", err=stderr)
     else:
-        how = {"levels": ", where the levels cross", "fit": ", fitted"}.get(
-            doc.get("knee_method", ""), ""
-        )
+        how = {
+            "levels": ", where the levels cross",
+            "queue model": ", read by the FIFO queue model from the service times",
+            "fit": ", fitted",
+        }.get(doc.get("knee_method", ""), "")
         click.echo(f"knee      {knee_rps:.4g}/s  ({len(doc['trials'])} trials{how})", err=stderr)
     if band:
         held = f"{band[0]:.4g}/s" if band[0] is not None else "no rate tried"

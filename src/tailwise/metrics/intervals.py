@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from tailwise.metrics import catalog, derive, tail
+from tailwise.metrics import catalog, derive, fifo, tail
 from tailwise.metrics.fifo import FifoQueue, fifo_queue
 from tailwise.metrics.percentiles import QUANTILES, nearest_rank
 from tailwise.metrics.slo import SLO
@@ -83,6 +83,7 @@ __all__ = ["CI_KEYS", "annotate", "compose", "distribution_ci"]
 
 CI_KEYS = (*QUANTILES, "mean")
 NS_PER_MS = 1e6
+NS_PER_S = 1e9
 RISING_SEGMENTS = 8  # an overloaded queue's medians climb through these
 RISING_TAU = 0.6  # ... with at least this much of Kendall's tau
 RISING_NOTE = (
@@ -160,6 +161,8 @@ class _Quantiles:
 
 
 _Memo = tuple[_Derived, _Quantiles]
+_ModelLevel = tuple[float | None, float | None]  # the FIFO model's level (ns) and rate
+_Within = tuple[Estimate, float, float, _ModelLevel]  # share, needed, level (ns), model
 
 
 def distribution_ci(
@@ -307,7 +310,7 @@ def _slo_estimate(
     window_rows: np.ndarray,
     rates: tuple[dict[str, Estimate], dict[str, Estimate]],
     memo: _Memo,
-    within: dict[str, tuple[Estimate, float, float]],
+    within: dict[str, _Within],
 ) -> tuple[Estimate | None, str, str]:
     """``(estimate, decided, note)`` for one SLO, the estimate in the entry's unit (ms,
     share, rps); None where no interval exists (``max``), ``note`` saying why.
@@ -340,7 +343,12 @@ def _slo_estimate(
     queue = derived.fifo(window_rows) if fine else None
     if slo.kind == "deadline":
         share, level, decided = decide_within(x, slo.threshold, slo.target, decide_at, regen, queue)
-        within[slo.spec] = (share, slo.target, level.value)
+        within[slo.spec] = (
+            share,
+            slo.target,
+            level.value,
+            _model(queue, slo.target, slo.threshold),
+        )
         shown = (
             share
             if decide_at == quantiles.confidence
@@ -363,12 +371,23 @@ def _slo_estimate(
     q = float(slo.stat[1:]) / 100.0
     (e,) = quantiles(x, [q])
     share, level, decided = decide_within(x, slo.threshold, q, decide_at, regen, queue)
-    within[slo.spec] = (share, q, level.value)
+    within[slo.spec] = (share, q, level.value, _model(queue, q, slo.threshold))
     # A pass by a model (the tail's, the FIFO queue's), or with a heavy service's margin,
     # says so, over the quantile's own "n too small".
     own = share.reason.startswith((TAIL_NOTE, FIFO_NOTE, GRADED_NOTE))
     note = share.reason if own else e.reason or share.reason
     return _in_ms(e), *_settle(x, slo.threshold, q, decided, note, regen)
+
+
+def _model(queue: FifoQueue | None, needed: float, threshold_ns: float) -> _ModelLevel:
+    """``(level_ns, rate_rps)`` of the FIFO queue model (:func:`fifo.model_level`,
+    :func:`fifo.model_rate`): the steady state's level at the run's rate and the rate
+    whose level is the threshold; None each where the model does not apply."""
+    if queue is None:
+        return None, None
+    level_s = fifo.model_level(queue, needed)
+    rate = fifo.model_rate(queue, needed, threshold_ns / NS_PER_S)
+    return (level_s * NS_PER_S if level_s is not None else None), rate
 
 
 def _settle(
@@ -435,7 +454,7 @@ def _slos(
         if len(window_rows) == 0:
             entry.update(ci=None, decided="inconclusive", ci_note="no request in the window")
             continue
-        within: dict[str, tuple[Estimate, float, float]] = {}
+        within: dict[str, _Within] = {}
         e, decided, note = _slo_estimate(r, slo, window_rows, rates, memo, within)
         # A tail refused (heavy) has no interval here either, as in its distribution's row.
         refused = bool(heavy_label(note)) and decided == "inconclusive"
@@ -447,7 +466,7 @@ def _slos(
         if note:
             entry["ci_note"] = note
         if slo.spec in within:
-            share, needed, level_ns = within[slo.spec]
+            share, needed, level_ns, (model_ns, model_rps) = within[slo.spec]
             entry["within"] = {
                 "share": share.value,
                 "ci": _pair(share),
@@ -458,6 +477,11 @@ def _slos(
                 # search models against the rate; None where failures reach it
                 "level_ms": level_ns / NS_PER_MS if math.isfinite(level_ns) else None,
             }
+            if model_ns is not None or model_rps is not None:  # one FIFO server, Poisson sends
+                entry["within"]["model_level_ms"] = (
+                    model_ns / NS_PER_MS if model_ns is not None else None
+                )
+                entry["within"]["model_rps"] = model_rps
 
 
 def honour_looks(entries: list[dict[str, Any]], sequential: dict[str, Any] | None) -> None:

@@ -352,7 +352,9 @@ class ServerBound:
         return cls(_num(d.get("lower")), _num(d.get("upper")), bool(d.get("client_could_flip")))
 
 
-_WITHIN_KEYS = ("share", "ci", "needed", "n", "threshold_ms", "level_ms")
+_WITHIN_KEYS = (
+    "share", "ci", "needed", "n", "threshold_ms", "level_ms", "model_level_ms", "model_rps",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,13 +367,18 @@ class Within:
     n: int | None = None
     threshold_ms: float | None = None
     level_ms: float | None = None  # the metric's value at the share needed
+    # The FIFO queue model's (tailwise.metrics.fifo), only where a run reads as one server
+    # answering in order fed by Poisson sends: the steady state's level at this rate, and
+    # the rate at which that level reaches the threshold. Absent from the file elsewhere.
+    model_level_ms: float | None = None
+    model_rps: float | None = None
 
     def get(self, key: str) -> JsonValue:
         """A value as summary.json holds it (``ci`` as a list)."""
         return self.to_json().get(key)
 
     def to_json(self) -> JsonObject:
-        return {
+        doc: JsonObject = {
             "share": self.share,
             "ci": _pair_json(self.ci),
             "needed": self.needed,
@@ -379,6 +386,9 @@ class Within:
             "threshold_ms": self.threshold_ms,
             "level_ms": self.level_ms,
         }
+        if self.model_level_ms is not None or self.model_rps is not None:
+            doc.update(model_level_ms=self.model_level_ms, model_rps=self.model_rps)
+        return doc
 
     @classmethod
     def from_json(cls, doc: object, strict: bool = False) -> Within:
@@ -391,6 +401,8 @@ class Within:
             _int(d.get("n")),
             _num(d.get("threshold_ms")),
             _num(d.get("level_ms")),
+            _num(d.get("model_level_ms")),
+            _num(d.get("model_rps")),
         )
 
 

@@ -111,7 +111,9 @@ HEAVY_SERVICE_MARGIN = 1.1
 NS_PER_S = 1e9
 
 TAIL_NOTE = "decided by the tail model"  # how a pass by :mod:`tailwise.metrics.tail` begins
-FIFO_NOTE = "decided by the FIFO queue model"  # how a pass by :mod:`tailwise.metrics.fifo` begins
+FIFO_NOTE = (
+    "decided by the FIFO queue model"  # how a verdict of :mod:`tailwise.metrics.fifo` begins
+)
 HEAVY_NOTES = ("heavy tail", "heavy service")  # how a refusal (:func:`tail_refusal`) begins
 GRADED_NOTE = "heavy service, passed with its margin"  # how a :func:`_graded_pass` note begins
 Verdict = Literal["pass", "fail", "inconclusive"]
@@ -716,9 +718,11 @@ def decide_within(
     A third test may only pass: the tail model of :mod:`tailwise.metrics.tail`, for a
     far threshold (``q >= 0.98``) in a run that ``regen`` (the requests that found the
     system empty) shows to be made of short independent stretches with a light-tailed
-    service. Its reason replaces the share's. A fourth may only pass too: the FIFO
-    queue model of :mod:`tailwise.metrics.fifo`, when ``fifo`` (the run read as one
-    server answering in order; ``values`` its latencies, in ns) shows that structure."""
+    service. Its reason replaces the share's. A fourth is the FIFO queue model of
+    :mod:`tailwise.metrics.fifo`, when ``fifo`` (the run read as one server answering
+    in order; ``values`` its latencies, in ns) shows that structure: it passes by
+    Kingman's bound, and fails by Pollaczek-Khinchine's law where the sends are a
+    Poisson schedule (its floor on the share beyond the threshold)."""
     share = threshold_share_ci(values, threshold, confidence)
     quantile = quantile_ci(values, q, confidence)
     votes = {judge(share, q, ">="), judge(quantile, threshold, "<=")}
@@ -755,7 +759,26 @@ def decide_within(
                 "answering in order)"
             )
             return replace(share, reason=note), quantile, "pass"
+        floor = _fifo_floor(fifo, threshold, confidence)
+        if floor is not None and floor > 1.0 - q:
+            note = (
+                f"{FIFO_NOTE}: at least {floor:.3%} beyond the threshold "
+                f"(Pollaczek-Khinchine's law from {len(fifo.service_s) if fifo else 0:,} "
+                "service times of one server answering in order, fed by Poisson sends)"
+            )
+            return replace(share, reason=note), quantile, "fail"
     return share, quantile, verdict
+
+
+def _fifo_floor(fifo: FifoQueue | None, threshold_ns: float, confidence: float) -> float | None:
+    """The FIFO model's lower bound on the share beyond ``threshold_ns``, one-sided at
+    ``(1 + confidence) / 2`` (one test: a failure wrongly shown is the only error it
+    can make); None where it does not apply."""
+    if fifo is None:
+        return None
+    return fifo_model.miss_floor(
+        fifo, threshold_ns / NS_PER_S, normal_quantile(_two_sided(confidence))
+    )
 
 
 def _fifo_bound(fifo: FifoQueue | None, threshold_ns: float, confidence: float) -> float | None:

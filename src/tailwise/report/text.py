@@ -306,9 +306,9 @@ def _slo_interval(t: Text, slo: SloEntry, confidence: float, used: int) -> None:
         shown = f"{heavy}: its tail may rest on jobs rarer than this run holds"
     elif slo.decided == "pass" and why.startswith(GRADED_NOTE):
         shown += f", heavy service: passed {HEAVY_SERVICE_MARGIN:g}x under"
-    elif slo.decided == "pass" and why.startswith((TAIL_NOTE, FIFO_NOTE)):
+    elif slo.decided in ("pass", "fail") and why.startswith((TAIL_NOTE, FIFO_NOTE)):
         # The model's bound, not the quantile's interval, decided it: say which, and how far.
-        shown += ", " + why.split(" (")[0].replace("decided by", "passed by")
+        shown += ", " + why.split(" (")[0].replace("decided by", f"{slo.decided}ed by")
     elif inconclusive and within is not None and within.ci:
         lo, hi = within.ci
         shown = (

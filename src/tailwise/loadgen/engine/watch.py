@@ -393,6 +393,6 @@ def _decide(
     queue = _look_fifo(share, sched, done, err)
     if decide_within(as_miss, t, share.needed, level, regen, queue)[2] == "pass":
         return "pass"
-    if decide_within(as_hit, t, share.needed, level)[2] == "fail":
+    if decide_within(as_hit, t, share.needed, level, fifo=queue)[2] == "fail":
         return "fail"
     return "inconclusive"
