@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -75,6 +76,20 @@ def processor_sharing(rng: np.random.Generator, rate: float, n: int) -> tuple:
     return (arrive * NS).astype(np.int64), (done * NS).astype(np.int64)
 
 
+def seeded_reads(
+    read: Callable[[fifo.FifoQueue], float | None], rate: float, n: int, first: int, runs: int
+) -> list[float]:
+    """``read`` of each of ``runs`` seeded M/M/1 runs (seeds from ``first``): every one
+    must be read."""
+    out = []
+    for seed in range(first, first + runs):
+        sched, done, _ = one_server(np.random.default_rng(seed), rate, n)
+        value = read(fifo.fifo_queue(sched, done))
+        assert value is not None
+        out.append(value)
+    return out
+
+
 def test_each_requests_service_is_read_back_exactly() -> None:
     sched, done, s = one_server(np.random.default_rng(1), 28.0, 2000)
     q = fifo.fifo_queue(sched, done)
@@ -106,12 +121,7 @@ def test_the_bound_holds_the_closed_form_and_decides_a_clear_case() -> None:
     The bound must sit above it in every run (99% level), and under the 1% a p99 SLO
     allows in most runs of 4,096 requests (counting misses needs about 8,000)."""
     truth = math.exp(-(50.0 - 28.0) * 0.3)
-    bounds = []
-    for seed in range(40):
-        sched, done, _ = one_server(np.random.default_rng(100 + seed), 28.0, 4096)
-        b = fifo.miss_bound(fifo.fifo_queue(sched, done), 0.3, Z)
-        assert b is not None
-        bounds.append(b)
+    bounds = seeded_reads(lambda q: fifo.miss_bound(q, 0.3, Z), 28.0, 4096, 100, 40)
     assert min(bounds) >= truth
     assert sum(b <= 0.01 for b in bounds) >= 24
 
@@ -259,12 +269,7 @@ def test_the_floor_fails_a_queue_past_its_knee_and_stays_under_the_truth() -> No
     2,000 requests the floor shows more than 1% in most runs, and stays under the
     truth in all but about the 2.5% its level allows."""
     truth = math.exp(-(50.0 - 40.0) * 0.3)
-    floors = []
-    for seed in range(30):
-        sched, done, _ = one_server(np.random.default_rng(700 + seed), 40.0, 2000)
-        f = fifo.miss_floor(fifo.fifo_queue(sched, done), 0.3, Z_FLOOR)
-        assert f is not None
-        floors.append(f)
+    floors = seeded_reads(lambda q: fifo.miss_floor(q, 0.3, Z_FLOOR), 40.0, 2000, 700, 30)
     assert sum(f > 0.01 for f in floors) >= 24
     assert sum(f > truth for f in floors) <= 2
 
