@@ -134,7 +134,9 @@ model (2026-11-27 20:18) M/M/1 0.935 in 11.1 min, its low end at 0.645x (the fir
 at 0.81x, undecided after 300 s), M/M/2 0.978 in 5.9 min; with the FIFO model's
 passes only (2026-11-28 08:14) M/M/1 0.883 (levels: its high end's p99 read 938 ms
 where the steady state's is 523 ms) in 9.4 min, M/M/2 0.978 in 5.8 min, M/M/4 0.911
-in 3.0 min with its high end beyond 25%. What a band's end
+in 3.0 min with its high end beyond 25%; with its failures and knee (2026-11-28 11:12)
+M/M/1 1.004 in 14.8 min (the server's speed moved 5% between trials; an end placed
+again stayed undecided), M/M/2 and M/M/4 as before (levels). What a band's end
 costs is the queue's: showing a p99 at 0.7x its threshold with no miss needs about
 270 x f requests, f the memory of the misses (about 10 at 60% load on M/M/1), i.e.
 2-3 minutes at ~27/s; on one server answering in order the FIFO queue model reads the

@@ -64,6 +64,7 @@ START, FLOOR, CEILING = 10.0, 0.5, 100_000.0  # tailwise knee's --start, --min-r
 TARGETS = {  # name: (servers, SLO, quantile, threshold s)
     "mm1": (1, "p99(latency)<=300ms", 0.99, 0.300),
     "mm2": (2, "p99(latency)<=300ms", 0.99, 0.300),
+    "mm4": (4, "p95(latency)<=100ms", 0.95, 0.100),
 }
 
 
@@ -181,7 +182,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--searches", type=int, default=40, help="emulated searches per target")
-    ap.add_argument("--targets", default="mm1,mm2")
+    ap.add_argument("--targets", default="mm1,mm2,mm4")
     ap.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
     ap.add_argument("--json", type=Path, help="write every search here")
     ap.add_argument(

@@ -720,9 +720,11 @@ def decide_within(
     system empty) shows to be made of short independent stretches with a light-tailed
     service. Its reason replaces the share's. A fourth is the FIFO queue model of
     :mod:`tailwise.metrics.fifo`, when ``fifo`` (the run read as one server answering
-    in order; ``values`` its latencies, in ns) shows that structure: it passes by
-    Kingman's bound, and fails by Pollaczek-Khinchine's law where the sends are a
-    Poisson schedule (its floor on the share beyond the threshold)."""
+    in order, or several first come first served; ``values`` its latencies, in ns)
+    shows that structure: where the sends are a Poisson schedule one server passes
+    and fails by Pollaczek-Khinchine's law (its ceiling and its floor on the share
+    beyond the threshold) and several pass by Wolff's cyclic bound; elsewhere one
+    server passes by Kingman's bound."""
     share = threshold_share_ci(values, threshold, confidence)
     quantile = quantile_ci(values, q, confidence)
     votes = {judge(share, q, ">="), judge(quantile, threshold, "<=")}
@@ -751,12 +753,16 @@ def decide_within(
                 f"(peaks over the top values, {tail.BLOCKS}-block jackknife)"
             )
             return replace(share, reason=note), quantile, "pass"
-        bound = _fifo_bound(fifo, threshold, confidence)
-        if bound is not None and bound <= 1.0 - q:
+        ceiling = _fifo_bound(fifo, threshold, confidence, 1.0 - q)
+        if ceiling is not None and ceiling[0] <= 1.0 - q and fifo is not None:
+            servers = (
+                f"{fifo.servers} servers taking requests in turn"
+                if fifo.servers > 1
+                else "one server answering in order"
+            )
             note = (
-                f"{FIFO_NOTE}: at most {bound:.3%} beyond the threshold (Kingman's bound "
-                f"from {len(fifo.service_s) if fifo else 0:,} service times of one server "
-                "answering in order)"
+                f"{FIFO_NOTE}: at most {ceiling[0]:.3%} beyond the threshold ({ceiling[1]} "
+                f"from {len(fifo.service_s):,} service times of {servers})"
             )
             return replace(share, reason=note), quantile, "pass"
         floor = _fifo_floor(fifo, threshold, confidence)
@@ -781,13 +787,35 @@ def _fifo_floor(fifo: FifoQueue | None, threshold_ns: float, confidence: float) 
     )
 
 
-def _fifo_bound(fifo: FifoQueue | None, threshold_ns: float, confidence: float) -> float | None:
+def _fifo_bound(
+    fifo: FifoQueue | None, threshold_ns: float, confidence: float, allowed: float
+) -> tuple[float, str] | None:
     """The FIFO model's upper bound on the share beyond ``threshold_ns``, one-sided at
-    ``(1 + confidence) / 2`` over all of its tests; None where it does not apply."""
+    ``(1 + confidence) / 2``, and the law it comes from (computed only as far as shows
+    it over ``allowed``, the share the SLO allows); None where it does not apply.
+    Several servers: Wolff's cyclic bound (one test). One server fed by a Poisson
+    schedule: Pollaczek-Khinchine's ceiling (tight at moderate load: M/M/1 at 0.8x its
+    knee passes ``p99 <= 300 ms`` from 4,000 requests in 99% of runs, Kingman's in
+    51%) or Kingman's bound (tighter near saturation, where the ceiling's error grows
+    like the load's 1 / (1 - load)^2), each at half the error, so either may pass.
+    Other schedules: Kingman's bound, over all its tests."""
     if fifo is None or fifo.why_not:
         return None
-    z = normal_quantile(1.0 - (1.0 - _two_sided(confidence)) / fifo_model.TESTS)
-    return fifo_model.miss_bound(fifo, threshold_ns / NS_PER_S, z)
+    threshold_s = threshold_ns / NS_PER_S
+    error = 1.0 - _two_sided(confidence)  # one-sided
+    poisson = not fifo_model.poisson_sends(fifo.gaps_s)
+    if fifo.servers > 1:
+        z = normal_quantile(1.0 - error)
+        bound = fifo_model.miss_ceiling(fifo, threshold_s, z, allowed)
+        return None if bound is None else (bound, "Wolff's cyclic bound")
+    if poisson:
+        error /= 2.0
+        bound = fifo_model.miss_ceiling(fifo, threshold_s, normal_quantile(1.0 - error), allowed)
+        if bound is not None and bound <= allowed:
+            return bound, "Pollaczek-Khinchine's law"
+    z = normal_quantile(1.0 - error / fifo_model.TESTS)
+    kingman = fifo_model.miss_bound(fifo, threshold_s, z)
+    return None if kingman is None else (kingman, "Kingman's bound")
 
 
 def _tail_bound(
