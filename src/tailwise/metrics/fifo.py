@@ -355,6 +355,12 @@ def poisson_sends(gaps_s: np.ndarray) -> str:
     return ""
 
 
+def _offset(q: FifoQueue) -> float:
+    """The network's offset (seconds): how much longer the requests that found a server
+    free read than those that queued (whose time is the gap between two answers)."""
+    return max(0.0, float(q.service_s[q.free].mean()) - float(q.service_s[~q.free].mean()))
+
+
 def floor_service(q: FifoQueue, narrow: bool = True) -> np.ndarray:
     """The service times the floor reads: those of requests sent more than the network's
     offset before the previous answer (the offset: how much longer the free requests'
@@ -372,8 +378,7 @@ def floor_service(q: FifoQueue, narrow: bool = True) -> np.ndarray:
     service, free = q.service_s, q.free
     if len(q.backlog_s) != len(service) or bool(np.all(free)) or not bool(np.any(free)):
         return np.zeros(0)
-    offset = max(0.0, float(service[free].mean()) - float(service[~free].mean()))
-    clear = np.flatnonzero(~free & (q.backlog_s > offset))
+    clear = np.flatnonzero(~free & (q.backlog_s > _offset(q)))
     clear = clear[clear > 0]
     s = service[clear]
     if len(s) < MIN_EACH:
@@ -512,7 +517,7 @@ def miss_ceiling(
     s = floor_service(q, narrow=False)
     if len(s) < MIN_EACH:
         return None
-    offset = max(0.0, float(q.service_s[q.free].mean()) - float(q.service_s[~q.free].mean()))
+    offset = _offset(q)
     if threshold_s - offset <= 0.0:
         return None
     if q.servers > 1:
@@ -656,9 +661,8 @@ def _cyclic_point(
     jump_f = np.fft.rfft(jump, nfft)
     service_cdf = np.cumsum(service)
     within = np.zeros(top + 1)  # P(S <= (CYCLIC_STEPS - k) steps) for a wait of k steps
-    reach = min(CYCLIC_STEPS, len(service_cdf) - 1)
-    idx = CYCLIC_STEPS - np.arange(CYCLIC_STEPS + 1)
-    within[: CYCLIC_STEPS + 1] = np.where(idx <= reach, service_cdf[np.minimum(idx, reach)], 1.0)
+    idx = CYCLIC_STEPS - np.arange(CYCLIC_STEPS + 1)  # the cdf ends at 1: clip the index
+    within[: CYCLIC_STEPS + 1] = service_cdf[np.minimum(idx, len(service_cdf) - 1)]
     if start is None:
         w = np.zeros(top + 2)
         w[0] = 1.0
@@ -721,7 +725,7 @@ def _model_service(q: FifoQueue) -> tuple[np.ndarray, float] | None:
     s = floor_service(q)
     if len(s) < MIN_EACH:
         return None
-    offset = max(0.0, float(q.service_s[q.free].mean()) - float(q.service_s[~q.free].mean()))
+    offset = _offset(q)
     return s, offset
 
 
